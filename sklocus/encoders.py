@@ -24,10 +24,11 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval
 
 from sklocus._device import resolve_device
-from sklocus._packaged_models import resolve_model_path
+from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 
 __all__ = [
     "PrecomputedEncoder",
+    "assemble_mpnet",
     "SentenceEncoder",
     "as_query_list",
     "check_query_encoder",
@@ -56,8 +57,7 @@ def as_query_list(queries) -> list:
         )
     if hasattr(queries, "ndim") and queries.ndim != 1:
         raise ValueError(
-            f"expected a 1-D sequence of queries; got an array of shape "
-            f"{queries.shape}"
+            f"expected a 1-D sequence of queries; got an array of shape {queries.shape}"
         )
     try:
         return list(queries)
@@ -166,7 +166,9 @@ class SentenceEncoder(TransformerMixin, BaseEstimator):
         """
         self._validate_params()
         queries = as_query_list(X)
-        texts = [self._text_of(position, query) for position, query in enumerate(queries)]
+        texts = [
+            self._text_of(position, query) for position, query in enumerate(queries)
+        ]
         distinct = list(dict.fromkeys(texts))
         vectors = self._encode_distinct(distinct)
         row_of = {text: row for row, text in enumerate(distinct)}
@@ -177,7 +179,9 @@ class SentenceEncoder(TransformerMixin, BaseEstimator):
     def _text_of(self, position, query):
         if self.texts is not None:
             try:
-                text = self.texts.get(query) if isinstance(self.texts, Mapping) else None
+                text = (
+                    self.texts.get(query) if isinstance(self.texts, Mapping) else None
+                )
             except TypeError:  # an unhashable query
                 text = None
             if text is not None:
@@ -193,7 +197,7 @@ class SentenceEncoder(TransformerMixin, BaseEstimator):
     # -- model and caches -------------------------------------------------------
 
     def _state(self):
-        """The loaded model and caches, built on first use, dropped on pickling."""
+        """Return the loaded model and caches (built on first use, not pickled)."""
         state = self.__dict__.get("_runtime")
         key = (self.model, resolve_device(self.device))
         if state is None or state["key"] != key:
@@ -249,7 +253,7 @@ class SentenceEncoder(TransformerMixin, BaseEstimator):
         return np.stack([memory[text] for text in texts]).astype(np.float32, copy=False)
 
     def _disk_path(self):
-        folder = Path(self.cache_dir)
+        folder = Path(self.cache_dir).expanduser()
         folder.mkdir(parents=True, exist_ok=True)
         return folder / "sklocus-encodings.sqlite3"
 
@@ -345,7 +349,7 @@ class PrecomputedEncoder(TransformerMixin, BaseEstimator):
         return state
 
     def _table(self):
-        """The validated ``(row_of_query, vectors)``, built once per parameter set."""
+        """Return the checked ``(row_of_query, vectors)``, built once per parameters."""
         key = (id(self.queries), id(self.vectors))
         cached = self.__dict__.get("_lookup")
         if cached is not None and cached[0] == key:
@@ -354,7 +358,8 @@ class PrecomputedEncoder(TransformerMixin, BaseEstimator):
         vectors = np.asarray(self.vectors)
         if vectors.ndim != 2:
             raise ValueError(
-                f"vectors must be a 2-D array (n_queries, dim); got shape {vectors.shape}"
+                "vectors must be a 2-D array (n_queries, dim); got shape "
+                f"{vectors.shape}"
             )
         if vectors.dtype.kind not in "biuf":
             raise TypeError(f"vectors must be numeric; got dtype {vectors.dtype}")
@@ -430,4 +435,3 @@ def check_query_encoder(encoder):
             f"SentenceEncoder or PrecomputedEncoder; got {type(encoder).__name__}"
         )
     return encoder
-

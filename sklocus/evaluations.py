@@ -121,8 +121,8 @@ def _score_error(where: str, query, value, reason: str) -> Exception:
         query = query.item()
     if reason == "non-numeric":
         return TypeError(
-            f"{where} has score {value!r} ({type(value).__name__}) for query {query!r}; "
-            "scores must be numbers in [0, 1]"
+            f"{where} has score {value!r} ({type(value).__name__}) for query "
+            f"{query!r}; scores must be numbers in [0, 1]"
         )
     return ValueError(
         f"{where} has score {value!r} for query {query!r}; "
@@ -163,9 +163,7 @@ def _as_list_of_sets(evaluation_sets, model_names):
     else:
         sets = list(evaluation_sets)
     if not sets:
-        raise ValueError(
-            "expected at least one evaluation set; got an empty sequence"
-        )
+        raise ValueError("expected at least one evaluation set; got an empty sequence")
     if model_names is not None:
         model_names = list(model_names)
         if len(model_names) != len(sets):
@@ -213,9 +211,7 @@ def _set_items(evaluation_set, where: str):
             "query to score (a dict or a pandas Series)"
         )
     if len(queries) == 0:
-        raise ValueError(
-            f"{where} is empty; every model needs at least one evaluation"
-        )
+        raise ValueError(f"{where} is empty; every model needs at least one evaluation")
     if scores.ndim != 1:
         # np.asarray turned sequence-valued scores into a 2-D array.
         scores = np.empty(len(queries), dtype=object)
@@ -284,7 +280,9 @@ def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluation
     )
 
 
-def from_long(frame, *, model="model", query="query", score="score", duplicates="error"):
+def from_long(
+    frame, *, model="model", query="query", score="score", duplicates="error"
+):
     """Turn a long table of evaluations into evaluation sets.
 
     A long table has one row per evaluation, the way evaluation harnesses log results.
@@ -347,35 +345,30 @@ def from_long(frame, *, model="model", query="query", score="score", duplicates=
         where = f"row {frame.index[position]!r} (model {frame[model].iloc[position]!r})"
         raise _score_error(where, frame[query].iloc[position], scores[position], reason)
 
-    table = pd.DataFrame(
-        {
-            "model": frame[model].to_numpy(),
-            "query": frame[query].to_numpy(),
-            "score": scores.astype(np.float64),
-        }
-    )
-    repeated = table.duplicated(["model", "query"], keep=False).to_numpy()
+    model_codes, model_names = pd.factorize(frame[model])
+    query_codes, query_values = pd.factorize(frame[query])
+    query_values = np.asarray(query_values, dtype=object)
+    scores = scores.astype(np.float64)
+    pair = model_codes.astype(np.int64) * len(query_values) + query_codes
+    repeated = pd.Series(pair).duplicated(keep=False).to_numpy()
     if repeated.any():
         if duplicates == "error":
-            first = table[repeated].iloc[0]
-            n_rows = int(
-                ((table["model"] == first["model"]) & (table["query"] == first["query"]))
-                .sum()
-            )
+            first = int(np.argmax(repeated))
+            n_rows = int((pair == pair[first]).sum())
             raise ValueError(
-                f"model {first['model']!r} has {n_rows} rows for query "
-                f"{first['query']!r}; pass duplicates='mean' or duplicates='majority' "
-                "to resolve repeated evaluations"
+                f"model {model_names[model_codes[first]]!r} has {n_rows} rows for "
+                f"query {query_values[query_codes[first]]!r}; pass "
+                "duplicates='mean' or duplicates='majority' to resolve repeated "
+                "evaluations"
             )
-        resolved = _resolve_duplicates(table[repeated], duplicates)
-        table = pd.concat([table[~repeated], resolved], ignore_index=False)
-        table = table.sort_index(kind="stable")
+        kept, resolved_scores = _resolve_duplicates(pair, scores, repeated, duplicates)
+        model_codes, query_codes = model_codes[kept], query_codes[kept]
+        scores = resolved_scores
 
-    model_codes, model_names = pd.factorize(table["model"].to_numpy())
     order = np.argsort(model_codes, kind="stable")
     boundaries = np.flatnonzero(np.diff(model_codes[order])) + 1
-    queries = table["query"].to_numpy()[order]
-    values = table["score"].to_numpy()[order]
+    queries = query_values[query_codes[order]]
+    values = scores[order]
     evaluation_sets = [
         dict(zip(q.tolist(), s.tolist()))
         for q, s in zip(np.split(queries, boundaries), np.split(values, boundaries))
@@ -383,20 +376,27 @@ def from_long(frame, *, model="model", query="query", score="score", duplicates=
     return evaluation_sets, list(model_names)
 
 
-def _resolve_duplicates(rows: pd.DataFrame, rule: str) -> pd.DataFrame:
-    """Collapse repeated (model, query) rows to one, kept at the first row's place."""
-    keys = ["model", "query"]
-    first_position = rows.reset_index().groupby(keys, sort=False)["index"].min()
+def _resolve_duplicates(pair, scores, repeated, rule):
+    """Collapse the rows of each repeated (model, query) pair into one.
+
+    Returns the positions of the rows kept (the first row of each pair, in the
+    original order) and the score of every kept row.
+    """
+    rows = pd.DataFrame({"pair": pair[repeated], "score": scores[repeated]})
     if rule == "mean":
-        resolved = rows.groupby(keys, sort=False)["score"].mean()
+        resolved = rows.groupby("pair", sort=False)["score"].mean()
     else:
-        counts = rows.groupby(keys + ["score"], sort=False).size().rename("count")
-        counts = counts.reset_index()
-        top = counts.groupby(keys, sort=False)["count"].transform("max")
-        resolved = counts[counts["count"] == top].groupby(keys, sort=False)["score"]
-        resolved = resolved.mean()
-    resolved = resolved.to_frame().join(first_position).reset_index()
-    return resolved.set_index("index")[["model", "query", "score"]]
+        counts = rows.groupby(["pair", "score"], sort=False).size()
+        counts = counts.rename("count").reset_index()
+        top = counts.groupby("pair", sort=False)["count"].transform("max")
+        winners = counts[counts["count"] == top]
+        resolved = winners.groupby("pair", sort=False)["score"].mean()
+    first_of_pair = ~pd.Series(pair).duplicated(keep="first").to_numpy()
+    kept = np.flatnonzero(~repeated | first_of_pair)
+    new_scores = scores[kept].copy()
+    was_repeated = repeated[kept]
+    new_scores[was_repeated] = resolved.loc[pair[kept][was_repeated]].to_numpy()
+    return kept, new_scores
 
 
 def to_matrix(evaluation_sets, queries=None, model_names=None):
@@ -485,7 +485,5 @@ def subsample(evaluation_sets, n, random_state=None, model_names=None):
         if len(codes) > n:
             keep = np.sort(rng.choice(len(codes), size=n, replace=False))
             codes, scores = codes[keep], scores[keep]
-        subsets.append(
-            {ragged.queries[c]: float(s) for c, s in zip(codes, scores)}
-        )
+        subsets.append({ragged.queries[c]: float(s) for c, s in zip(codes, scores)})
     return subsets

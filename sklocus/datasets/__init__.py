@@ -1,4 +1,4 @@
-"""Data sets: synthetic evaluations with known ground truth, and loaders of real ones."""
+"""Data sets: synthetic evaluations with known ground truth; loaders of real ones."""
 
 from sklocus.datasets._embedllm import fetch_embedllm
 from sklocus.datasets._load import load_evaluations

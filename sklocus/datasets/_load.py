@@ -1,0 +1,132 @@
+"""Read evaluations stored in sklocus's on-disk format.
+
+The format is a folder of Parquet files (the layout of the Open LLM Leaderboard data
+that ships beside sklocus's sources):
+
+``responses.parquet`` (required)
+    Long table, one row per evaluation: ``model`` (str), ``query_id`` (str or int),
+    ``score`` (number in [0, 1]). Each (model, query_id) pair appears once.
+``queries.parquet`` (required)
+    One row per query: ``query_id``, ``query`` (the text to encode), and any other
+    columns (``benchmark``, ``subject``, ``split``...).
+``models.parquet`` (optional)
+    One row per model: ``model`` and any metadata (``params_b``...).
+``encodings_<encoder>.npy`` (optional)
+    float32 array ``(n_queries, dim)``: encodings of ``query`` by the named encoder,
+    rows in the order of ``queries.parquet``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch
+
+from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
+from sklocus.evaluations import from_long
+
+
+def _require_columns(frame, columns, path):
+    missing = [column for column in columns if column not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{path} lacks the column(s) {missing}; its columns are "
+            f"{list(frame.columns)}"
+        )
+
+
+def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
+    """Load evaluations from a folder in sklocus's on-disk format.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The folder, e.g. ``"../shared/data/openllm"``.
+    encoder : str, default="all-MiniLM-L6-v2"
+        Query encoder to provide. When the folder holds ``encodings_<encoder>.npy``
+        those encodings are used; otherwise a :class:`~sklocus.SentenceEncoder` of
+        that name encodes the query texts.
+
+    Returns
+    -------
+    data : Bunch
+        With the fields:
+
+        evaluation_sets : list of dict
+            One ``{query_id: score}`` dict per model.
+        model_names : list of str
+            In order of first appearance in ``responses.parquet``.
+        queries : DataFrame
+            The query table (with its ``split``, where present).
+        models : DataFrame
+            Model metadata, one row per entry of ``model_names`` in that order (only
+            a ``model`` column when ``models.parquet`` is absent).
+        encoder : PrecomputedEncoder or SentenceEncoder
+            Encodes the query ids of ``evaluation_sets``.
+
+    Examples
+    --------
+    >>> from sklocus.datasets import load_evaluations
+    >>> data = load_evaluations("../shared/data/openllm")  # doctest: +SKIP
+    >>> len(data.model_names), len(data.queries)  # doctest: +SKIP
+    (5949, 1075)
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder of evaluation data")
+    for required in ("responses.parquet", "queries.parquet"):
+        if not (folder / required).is_file():
+            raise FileNotFoundError(
+                f"{folder} lacks {required}; see sklocus.datasets.load_evaluations "
+                "for the expected layout"
+            )
+
+    queries = pd.read_parquet(folder / "queries.parquet")
+    _require_columns(queries, ["query_id", "query"], folder / "queries.parquet")
+    if not queries["query_id"].is_unique:
+        repeated = queries["query_id"][queries["query_id"].duplicated()].iloc[0]
+        raise ValueError(f"{folder / 'queries.parquet'} lists query {repeated!r} twice")
+
+    responses = pd.read_parquet(folder / "responses.parquet")
+    _require_columns(
+        responses, ["model", "query_id", "score"], folder / "responses.parquet"
+    )
+    unknown = ~responses["query_id"].isin(queries["query_id"])
+    if unknown.any():
+        stray = responses["query_id"][unknown].iloc[0]
+        raise ValueError(
+            f"{folder / 'responses.parquet'} has query {stray!r} that "
+            f"{folder / 'queries.parquet'} does not list"
+        )
+    evaluation_sets, model_names = from_long(responses, query="query_id")
+
+    models_path = folder / "models.parquet"
+    if models_path.is_file():
+        models = pd.read_parquet(models_path)
+        _require_columns(models, ["model"], models_path)
+        models = models.set_index("model").reindex(model_names).reset_index()
+    else:
+        models = pd.DataFrame({"model": model_names})
+
+    encodings_path = folder / f"encodings_{encoder}.npy"
+    if encodings_path.is_file():
+        vectors = np.load(encodings_path)
+        if vectors.shape[0] != len(queries):
+            raise ValueError(
+                f"{encodings_path} has {vectors.shape[0]} rows but "
+                f"{folder / 'queries.parquet'} lists {len(queries)} queries"
+            )
+        query_encoder = PrecomputedEncoder(list(queries["query_id"]), vectors)
+    else:
+        texts = dict(zip(queries["query_id"], queries["query"]))
+        query_encoder = SentenceEncoder(model=encoder, texts=texts)
+
+    return Bunch(
+        evaluation_sets=evaluation_sets,
+        model_names=[str(name) for name in model_names],
+        queries=queries,
+        models=models,
+        encoder=query_encoder,
+    )

@@ -1,0 +1,114 @@
+import pickle
+
+import joblib
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
+
+QUERIES = ["What is 2 + 2?", "Name the capital of France.", "What is 2 + 2?"]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return SentenceEncoder()
+
+
+def test_sentence_encoder_gives_normalised_float32_rows(minilm):
+    vectors = minilm.transform(QUERIES)
+    assert vectors.shape == (3, 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(vectors[0], vectors[2])
+    assert not np.allclose(vectors[0], vectors[1])
+
+
+def test_sentence_encoder_encodes_each_distinct_text_once(minilm, monkeypatch):
+    model = minilm._sentence_transformer()
+    seen = []
+    original = model.encode
+
+    def counting_encode(texts, **kwargs):
+        seen.extend(texts)
+        return original(texts, **kwargs)
+
+    monkeypatch.setattr(model, "encode", counting_encode)
+    minilm.transform(["a new text", "another new text", "a new text"])
+    minilm.transform(["a new text"])
+    assert sorted(seen) == ["a new text", "another new text"]
+
+
+def test_sentence_encoder_disk_cache_survives_a_new_process_state(tmp_path):
+    first = SentenceEncoder(cache_dir=tmp_path)
+    vectors = first.transform(QUERIES)
+    second = pickle.loads(pickle.dumps(first))  # drops the in-memory cache and model
+    assert "_runtime" not in second.__dict__
+    found = second._disk_lookup(list(dict.fromkeys(QUERIES)))
+    assert set(found) == set(QUERIES)
+    np.testing.assert_array_equal(second.transform(QUERIES), vectors)
+
+
+def test_sentence_encoder_maps_ids_through_texts(minilm):
+    by_id = SentenceEncoder(texts={"id-1": QUERIES[0], 7: QUERIES[1]})
+    np.testing.assert_allclose(
+        by_id.transform(["id-1", 7]), minilm.transform(QUERIES[:2]), atol=1e-6
+    )
+    with pytest.raises(TypeError, match=r"query 1 is 8 \(int\) and it is not a key"):
+        by_id.transform(["id-1", 8])
+
+
+def test_sentence_encoder_rejects_non_text_and_bare_strings(minilm):
+    with pytest.raises(TypeError, match=r"query 1 is None \(NoneType\)"):
+        minilm.transform(["fine", None])
+    with pytest.raises(TypeError, match="got a single str"):
+        minilm.transform("a bare string")
+
+
+def test_sentence_encoder_is_clonable_and_validates_params():
+    encoder = SentenceEncoder(batch_size=8, device="cpu")
+    assert clone(encoder).get_params() == encoder.get_params()
+    with pytest.raises(ValueError, match="batch_size"):
+        SentenceEncoder(batch_size=0).transform(["x"])
+
+
+def test_sentence_encoder_joblib_round_trip(tmp_path, minilm):
+    path = tmp_path / "encoder.joblib"
+    joblib.dump(minilm, path)
+    np.testing.assert_array_equal(
+        joblib.load(path).transform(QUERIES), minilm.transform(QUERIES)
+    )
+
+
+def test_precomputed_encoder_looks_up_rows():
+    vectors = np.arange(6, dtype=np.float64).reshape(3, 2)
+    encoder = PrecomputedEncoder(["a", 5, ("t", 1)], vectors)
+    out = encoder.transform([("t", 1), "a", "a"])
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, vectors[[2, 0, 0]])
+    restored = pickle.loads(pickle.dumps(encoder))
+    np.testing.assert_array_equal(restored.transform([5]), vectors[[1]])
+    np.testing.assert_array_equal(clone(encoder).transform([5]), vectors[[1]])
+
+
+def test_precomputed_encoder_names_unknown_queries_and_bad_tables():
+    encoder = PrecomputedEncoder(["a", "b"], np.eye(2))
+    with pytest.raises(
+        ValueError, match=r"query 'zz' \(position 1\) is not one of the 2"
+    ):
+        encoder.transform(["a", "zz"])
+    with pytest.raises(ValueError, match="got 2 queries but 3 rows"):
+        PrecomputedEncoder(["a", "b"], np.eye(3)).fit()
+    with pytest.raises(ValueError, match="query 'a' appears twice"):
+        PrecomputedEncoder(["a", "a"], np.eye(2)).fit()
+    with pytest.raises(
+        ValueError, match=r"the vector of query 'b' \(row 1\) is not finite"
+    ):
+        PrecomputedEncoder(["a", "b"], [[0.0, 1.0], [np.nan, 0.0]]).fit()
+
+
+def test_precomputed_encoder_follows_set_params():
+    encoder = PrecomputedEncoder(["a"], [[1.0]])
+    encoder.transform(["a"])
+    encoder.set_params(queries=["b"])
+    np.testing.assert_array_equal(encoder.transform(["b"]), [[1.0]])

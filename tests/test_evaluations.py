@@ -1,0 +1,196 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from sklocus.evaluations import (
+    check_evaluation_sets,
+    from_long,
+    subsample,
+    to_matrix,
+)
+
+NAMES = ["org/alpha", "org/beta"]
+
+
+def test_check_flattens_ragged_sets_in_order():
+    sets = [{"q1": 1, "q2": 0.0}, pd.Series({"q3": 0.25, "q1": True})]
+    ragged = check_evaluation_sets(sets, NAMES)
+    assert ragged.queries == ["q1", "q2", "q3"]
+    assert ragged.sizes.tolist() == [2, 2]
+    assert ragged.set_codes(1).tolist() == [2, 0]
+    assert ragged.set_scores(1).tolist() == [0.25, 1.0]
+    assert ragged.model_names == NAMES
+    assert ragged.to_dicts() == [{"q1": 1.0, "q2": 0.0}, {"q3": 0.25, "q1": 1.0}]
+
+
+def test_check_accepts_hashable_non_text_queries():
+    ragged = check_evaluation_sets([{1: 1, ("mmlu", 7): 0}, {1: 0}])
+    assert ragged.queries == [1, ("mmlu", 7)]
+    assert ragged.set_codes(1).tolist() == [0]
+
+
+def test_check_does_not_change_the_input():
+    sets = [{"q1": 1, "q2": 0}, pd.Series({"q1": 0.5})]
+    before = [dict(sets[0]), sets[1].copy()]
+    check_evaluation_sets(sets)
+    assert sets[0] == before[0]
+    pd.testing.assert_series_equal(sets[1], before[1])
+
+
+def test_check_takes_model_names_from_a_series_of_sets():
+    sets = pd.Series({"org/alpha": {"q1": 1}, "org/beta": {"q1": 0}})
+    assert check_evaluation_sets(sets).model_names == NAMES
+
+
+@pytest.mark.parametrize(
+    ("sets", "error", "expected"),
+    [
+        ([], ValueError, "got an empty sequence"),
+        ({"q1": 1}, TypeError, "got a single dict. Wrap one model's evaluations"),
+        (pd.Series({"q1": 1.0}), TypeError, "got a single Series"),
+        ("q1", TypeError, "got str"),
+        (pd.DataFrame({"q1": [1]}), TypeError, "from_long"),
+        ([{"q1": 1}, {}], ValueError, "evaluation set 1 (model 'org/beta') is empty"),
+        (
+            [{"q1": 1}, [("q1", 1)]],
+            TypeError,
+            "evaluation set 1 (model 'org/beta') is a list",
+        ),
+        (
+            [{"q1": 1}, {"q2": np.nan}],
+            ValueError,
+            "model 'org/beta') has score nan for query 'q2'",
+        ),
+        ([{"q1": np.inf}, {"q2": 1}], ValueError, "has score inf for query 'q1'"),
+        (
+            [{"q1": 1}, {"q2": 1.7}],
+            ValueError,
+            "has score 1.7 for query 'q2'; scores must be finite numbers in [0, 1]",
+        ),
+        ([{"q1": -0.1}, {"q2": 1}], ValueError, "has score -0.1 for query 'q1'"),
+        ([{"q1": 1}, {"q2": "1"}], TypeError, "has score '1' (str) for query 'q2'"),
+        (
+            [{"q1": None}, {"q2": 1}],
+            TypeError,
+            "has score None (NoneType) for query 'q1'",
+        ),
+        (
+            [{"q1": 1}, pd.Series([1.0], index=pd.Index([["q", "x"]], dtype=object))],
+            TypeError,
+            "evaluation set 1 (model 'org/beta') has query ['q', 'x'] of unhashable type list",
+        ),
+        (
+            [{"q1": 1}, pd.Series([1.0, 0.0], index=["q1", "q1"])],
+            ValueError,
+            "evaluation set 1 (model 'org/beta') has query 'q1' more than once",
+        ),
+    ],
+)
+def test_check_names_the_culprit(sets, error, expected):
+    names = NAMES if isinstance(sets, list) and len(sets) == 2 else None
+    with pytest.raises(error) as raised:
+        check_evaluation_sets(sets, names)
+    assert expected in str(raised.value)
+
+
+def test_check_without_names_uses_the_index():
+    with pytest.raises(ValueError, match=r"^evaluation set 2 has score 2\.0"):
+        check_evaluation_sets([{"a": 1}, {"a": 0}, {"b": 2.0}])
+
+
+def test_check_rejects_mismatched_model_names():
+    with pytest.raises(ValueError, match="got 1 model names for 2 evaluation sets"):
+        check_evaluation_sets([{"a": 1}, {"a": 0}], ["only-one"])
+
+
+def _long(rows):
+    return pd.DataFrame(rows, columns=["model", "query", "score"])
+
+
+def test_from_long_groups_rows_by_model_in_order_of_appearance():
+    frame = _long([("b", "q1", 1), ("a", "q2", 0), ("b", "q3", 0.5), ("a", "q1", 1)])
+    sets, names = from_long(frame)
+    assert names == ["b", "a"]
+    assert sets == [{"q1": 1.0, "q3": 0.5}, {"q2": 0.0, "q1": 1.0}]
+
+
+def test_from_long_uses_the_named_columns():
+    frame = pd.DataFrame({"llm": ["m"], "item": [7], "correct": [1]})
+    assert from_long(frame, model="llm", query="item", score="correct") == (
+        [{7: 1.0}],
+        ["m"],
+    )
+
+
+def test_from_long_refuses_duplicates_unless_told():
+    frame = _long([("a", "q1", 1), ("b", "q1", 1), ("a", "q1", 0)])
+    with pytest.raises(ValueError, match="model 'a' has 2 rows for query 'q1'"):
+        from_long(frame)
+
+
+def test_from_long_resolves_duplicates_as_asked():
+    frame = _long(
+        [
+            ("a", "q1", 1),
+            ("a", "q1", 1),
+            ("a", "q1", 0),  # majority 1, mean 2/3
+            ("a", "q2", 0),
+            ("a", "q2", 1),  # a tie: majority gives the mean, 0.5
+            ("b", "q1", 0),
+        ]
+    )
+    majority, names = from_long(frame, duplicates="majority")
+    assert names == ["a", "b"]
+    assert majority == [{"q1": 1.0, "q2": 0.5}, {"q1": 0.0}]
+    mean, _ = from_long(frame, duplicates="mean")
+    assert mean[0]["q1"] == pytest.approx(2 / 3)
+    assert list(mean[0]) == ["q1", "q2"]
+
+
+@pytest.mark.parametrize("duplicates", ["error", "mean", "majority"])
+def test_from_long_never_fills_a_missing_score(duplicates):
+    frame = _long([("a", "q1", 1), ("a", "q1", np.nan)])
+    with pytest.raises(
+        ValueError, match=r"row 1 \(model 'a'\) has score nan for query 'q1'"
+    ):
+        from_long(frame, duplicates=duplicates)
+
+
+def test_from_long_names_a_missing_column_and_a_bad_rule():
+    with pytest.raises(
+        KeyError, match="the score column 'correct' is not in the frame"
+    ):
+        from_long(_long([("a", "q", 1)]), score="correct")
+    with pytest.raises(ValueError, match="duplicates='first' is not understood"):
+        from_long(_long([("a", "q", 1)]), duplicates="first")
+
+
+def test_from_long_names_a_row_without_a_model():
+    frame = _long([("a", "q", 1), (None, "q", 1)])
+    with pytest.raises(ValueError, match="row 1 has no model"):
+        from_long(frame)
+
+
+def test_to_matrix_puts_nan_where_unobserved():
+    matrix, queries = to_matrix([{"q1": 1, "q2": 0}, {"q2": 1}])
+    assert queries == ["q1", "q2"]
+    np.testing.assert_array_equal(matrix, [[1.0, 0.0], [np.nan, 1.0]])
+
+
+def test_to_matrix_with_given_queries():
+    matrix, queries = to_matrix([{"q1": 1, "q2": 0}, {"q2": 1}], queries=["q2", "q9"])
+    assert queries == ["q2", "q9"]
+    np.testing.assert_array_equal(matrix, [[0.0, np.nan], [1.0, np.nan]])
+    with pytest.raises(ValueError, match="query 'q2' appears more than once"):
+        to_matrix([{"q2": 1}], queries=["q2", "q2"])
+
+
+def test_subsample_draws_without_replacement_and_keeps_small_sets():
+    sets = [{f"q{i}": i % 2 for i in range(10)}, {"q0": 1.0}]
+    drawn = subsample(sets, 4, random_state=0)
+    assert [len(s) for s in drawn] == [4, 1]
+    assert all(sets[0][q] == s for q, s in drawn[0].items())
+    assert drawn == subsample(sets, 4, random_state=0)
+    assert drawn != subsample(sets, 4, random_state=1)
+    with pytest.raises(ValueError, match="n=0 must be a positive integer"):
+        subsample(sets, 0)
