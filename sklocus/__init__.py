@@ -6,6 +6,7 @@ then compare, select and route models with ordinary scikit-learn tools.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from sklocus._embedder import LocusEmbedder
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import check_evaluation_sets, from_long, subsample, to_matrix
 
@@ -15,6 +16,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "LocusEmbedder",
     "PrecomputedEncoder",
     "SentenceEncoder",
     "__version__",

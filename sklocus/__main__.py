@@ -1,0 +1,143 @@
+"""Command line: ``python -m sklocus demo`` runs the main job on built-in data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from sklocus._embedder import LocusEmbedder
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+from sklocus.metrics import correctness_accuracy, routing_accuracy
+
+
+def _split_sets(evaluation_sets, train_queries):
+    """Split each set into its train-query part and its test-query part."""
+    train, test = [], []
+    for evaluations in evaluation_sets:
+        train.append({q: s for q, s in evaluations.items() if q in train_queries})
+        test.append({q: s for q, s in evaluations.items() if q not in train_queries})
+    return train, test
+
+
+def _cosine_distances(embeddings):
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    return 1.0 - unit @ unit.T
+
+
+def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.stdout):
+    """Train on synthetic models, onboard new ones, and report how well it works.
+
+    Parameters
+    ----------
+    n_models : int, default=240
+        Models generated, the new ones included.
+    n_new : int, default=40
+        Models held out of training and onboarded with one forward pass.
+    n_queries : int, default=1500
+        Queries generated; a fifth are test queries never used to embed.
+    max_epochs : int, default=80
+        Training epochs (early stopping may end sooner).
+    seed : int, default=0
+        Seeds the data and the training.
+    out : file, default=sys.stdout
+        Where the report goes.
+    """
+
+    def say(*lines):
+        for line in lines:
+            print(line, file=out, flush=True)
+
+    data = make_evaluations(
+        n_models=n_models,
+        n_queries=n_queries,
+        evals_per_model=(128, 768),
+        random_state=seed,
+    )
+    rng = np.random.default_rng(seed)
+    query_ids = np.array(data.query_ids)
+    is_test = np.zeros(n_queries, dtype=bool)
+    is_test[rng.choice(n_queries, size=n_queries // 5, replace=False)] = True
+    train_queries = set(query_ids[~is_test])
+    test_queries = list(query_ids[is_test])
+    train_sets, test_sets = _split_sets(data.evaluation_sets, train_queries)
+    new = np.arange(n_models - n_new, n_models)
+
+    say(
+        f"sklocus demo: {n_models} synthetic models ({n_models - n_new} to train on, "
+        f"{n_new} new), {n_queries} queries ({len(test_queries)} test queries never "
+        "used to build embeddings).",
+        "Training the LOCUS set encoder and predictor...",
+    )
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder, max_epochs=max_epochs, random_state=seed, verbose=1
+    )
+    start = time.perf_counter()
+    embedder.fit(train_sets[: n_models - n_new])
+    trained = time.perf_counter() - start
+
+    start = time.perf_counter()
+    new_embeddings = embedder.transform([train_sets[i] for i in new])
+    onboarded = time.perf_counter() - start
+    probabilities = embedder.predict_correctness(new_embeddings, test_queries)
+    scores, _ = to_matrix([test_sets[i] for i in new], queries=test_queries)
+
+    train_accuracy = np.array([np.mean(list(train_sets[i].values())) for i in new])
+    overall = np.repeat(train_accuracy[:, None], len(test_queries), axis=1)
+    best_single = np.zeros_like(overall)
+    best_single[np.argmax(train_accuracy)] = 1.0
+    truth = data.probabilities[new][:, is_test]
+
+    say(
+        "",
+        f"Trained in {trained:.0f} s ({len(embedder.history_)} epochs); onboarded "
+        f"{n_new} new models in {1000 * onboarded:.0f} ms with no training.",
+        "",
+        "New models, test queries      correctness   routing",
+        f"  LOCUS                        {correctness_accuracy(scores, probabilities):.3f}"
+        f"         {routing_accuracy(scores, probabilities):.3f}",
+        f"  each model's own accuracy    {correctness_accuracy(scores, overall):.3f}"
+        f"         {routing_accuracy(scores, overall):.3f}",
+        f"  best single model            {'':5}         "
+        f"{routing_accuracy(scores, best_single):.3f}",
+        f"  true probabilities (bound)   {correctness_accuracy(scores, truth):.3f}"
+        f"         {routing_accuracy(scores, truth):.3f}",
+        "",
+        "Nearest neighbours of a few new models (cosine distance; ground truth in []):",
+    )
+    all_embeddings = embedder.transform(train_sets)
+    distances = _cosine_distances(all_embeddings)
+    np.fill_diagonal(distances, np.inf)
+    shown = [i for i in new if data.duplicate_of[i] >= 0][:2]
+    shown += [i for i in new if i not in shown][: 4 - len(shown)]
+    for i in shown:
+        neighbours = np.argsort(distances[i])[:3]
+        described = ", ".join(
+            f"{data.model_names[j]} {distances[i, j]:.4f}"
+            f"{' [copy]' if data.duplicate_of[i] == j or data.duplicate_of[j] == i else ''}"
+            f"{' [same family]' if data.families[j] == data.families[i] else ''}"
+            for j in neighbours
+        )
+        say(f"  {data.model_names[i]}: {described}")
+
+
+def main(argv=None):
+    """Run the command line."""
+    parser = argparse.ArgumentParser(prog="sklocus", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "demo", help="train, onboard and evaluate on built-in data"
+    )
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--epochs", type=int, default=80, help="most training epochs")
+    arguments = parser.parse_args(argv)
+    if arguments.command == "demo":
+        demo(max_epochs=arguments.epochs, seed=arguments.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

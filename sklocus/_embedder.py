@@ -1,0 +1,525 @@
+"""LocusEmbedder: ragged evaluation sets in, one vector per model out."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils.validation import check_is_fitted
+from skorch import NeuralNet
+from skorch.callbacks import EarlyStopping, ProgressBar
+
+from sklocus._device import resolve_device
+from sklocus.encoders import SentenceEncoder, check_query_encoder
+from sklocus.evaluations import check_evaluation_sets
+from sklocus.metrics import correctness_accuracy
+from sklocus.nn.batching import pad, size_buckets
+from sklocus.nn.network import LocusNetwork
+from sklocus.nn.training import (
+    MaskedBCEWithLogitsLoss,
+    ModelSetDataset,
+    ModelSplit,
+    QueryNoiseSchedule,
+    SetCollator,
+)
+
+# Inference batches: at most this many (set x evaluation) tokens and sets at once.
+_MAX_TOKENS = 1 << 16
+_MAX_SETS = 256
+# predict_correctness works through at most this many (model, query) pairs at once.
+_MAX_PAIRS = 1 << 18
+# score() holds out this fraction of each set to test the embedding built from the rest.
+_SCORE_HOLDOUT = 0.25
+
+
+def _size_range(value):
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, numbers.Integral) and v >= 1 for v in value)
+        and value[0] <= value[1]
+    )
+
+
+def _noise_range(value):
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, numbers.Real) and v >= 0 for v in value)
+    )
+
+
+class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Embed language models from their scored evaluations (LOCUS).
+
+    A set encoder maps each model's evaluation set (queries with scores) to one
+    vector; a predictor maps a vector and a query to the probability that the model
+    answers it correctly. Both are trained jointly by ``fit``; embedding a model is
+    then one forward pass (``transform``), for any number of evaluations, on
+    queries seen in training or not.
+
+    The network is trained by a skorch :class:`~skorch.NeuralNet`, kept as ``net_``.
+
+    Parameters
+    ----------
+    query_encoder : str or encoder, default="all-MiniLM-L6-v2"
+        A sentence-transformers model name (made into a
+        :class:`~sklocus.SentenceEncoder`) or any object whose
+        ``transform(queries)`` returns one vector per query, such as
+        :class:`~sklocus.PrecomputedEncoder`.
+    embedding_dim : int, default=128
+        Width of the embeddings (and of the tokens and latents inside the encoder).
+    n_latents : int, default=64
+        Learned latents per bottleneck layer.
+    n_layers : int, default=2
+        Latent-bottleneck layers.
+    n_heads : int, default=4
+        Attention heads; must divide ``embedding_dim``.
+    predictor_hidden : int, default=64
+        Hidden width of the correctness predictor.
+    encoder_sizes : tuple of (int, int), default=(8, 512)
+        Range of encoder-subset sizes drawn (log-uniformly) for each model at each
+        training step.
+    decoder_size : int, default=64
+        Evaluations of each model used as targets at each training step.
+    max_epochs : int, default=100
+        Training epochs; an epoch draws every training model once.
+    batch_size : int, default=32
+        Models per training step.
+    lr : float, default=2e-4
+        AdamW learning rate of the set encoder.
+    predictor_lr : float, default=8e-4
+        AdamW learning rate of the predictor.
+    weight_decay : float, default=0.05
+        AdamW weight decay.
+    dropout : float, default=0.1
+        Dropout during training.
+    query_noise : tuple of (float, float), default=(0.10, 0.05)
+        Standard deviation of the Gaussian noise on query encodings during training,
+        annealed linearly from the first value to the second.
+    validation_fraction : float or None, default=0.1
+        Fraction of the *models* held out for early stopping on their loss. ``None``
+        trains for ``max_epochs`` with no held-out models.
+    patience : int, default=10
+        Epochs without improvement of the validation loss before training stops.
+    device : str, default="auto"
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
+    random_state : int or None, default=None
+        Seeds the initialisation and every draw of training; ``fit`` leaves the
+        global torch and numpy random states as it found them.
+    callbacks : list of skorch callbacks or None, default=None
+        Passed to the skorch ``NeuralNet``.
+    verbose : int, default=0
+        1 prints a line per epoch and shows a progress bar.
+
+    Attributes
+    ----------
+    net_ : skorch.NeuralNet
+        The trained network (``net_.module_`` is a :class:`~sklocus.nn.LocusNetwork`).
+    query_encoder_ : encoder
+        The query encoder used in ``fit`` and after.
+    query_dim_ : int
+        Width of the query encodings.
+    device_ : str
+        The device the network runs on.
+
+    Examples
+    --------
+    >>> from sklocus import LocusEmbedder
+    >>> from sklocus.datasets import make_evaluations
+    >>> data = make_evaluations(n_models=30, n_queries=200, evals_per_model=60,
+    ...                         random_state=0)
+    >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
+    ...                          n_latents=4, max_epochs=2, random_state=0)
+    >>> embedder.fit_transform(data.evaluation_sets).shape
+    (30, 16)
+    """
+
+    _parameter_constraints = {
+        "query_encoder": [str, HasMethods(["transform"])],
+        "embedding_dim": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_latents": [Interval(numbers.Integral, 1, None, closed="left")],
+        "n_layers": [Interval(numbers.Integral, 0, None, closed="left")],
+        "n_heads": [Interval(numbers.Integral, 1, None, closed="left")],
+        "predictor_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "encoder_sizes": [tuple],
+        "decoder_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "lr": [Interval(numbers.Real, 0, None, closed="neither")],
+        "predictor_lr": [Interval(numbers.Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
+        "dropout": [Interval(numbers.Real, 0, 1, closed="left")],
+        "query_noise": [tuple],
+        "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither"), None],
+        "patience": [Interval(numbers.Integral, 1, None, closed="left")],
+        "device": [str, torch.device],
+        "random_state": ["random_state"],
+        "callbacks": [list, None],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(
+        self,
+        query_encoder="all-MiniLM-L6-v2",
+        *,
+        embedding_dim=128,
+        n_latents=64,
+        n_layers=2,
+        n_heads=4,
+        predictor_hidden=64,
+        encoder_sizes=(8, 512),
+        decoder_size=64,
+        max_epochs=100,
+        batch_size=32,
+        lr=2e-4,
+        predictor_lr=8e-4,
+        weight_decay=0.05,
+        dropout=0.1,
+        query_noise=(0.10, 0.05),
+        validation_fraction=0.1,
+        patience=10,
+        device="auto",
+        random_state=None,
+        callbacks=None,
+        verbose=0,
+    ):
+        self.query_encoder = query_encoder
+        self.embedding_dim = embedding_dim
+        self.n_latents = n_latents
+        self.n_layers = n_layers
+        self.n_heads = n_heads
+        self.predictor_hidden = predictor_hidden
+        self.encoder_sizes = encoder_sizes
+        self.decoder_size = decoder_size
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.predictor_lr = predictor_lr
+        self.weight_decay = weight_decay
+        self.dropout = dropout
+        self.query_noise = query_noise
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.device = device
+        self.random_state = random_state
+        self.callbacks = callbacks
+        self.verbose = verbose
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.dict = True
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    # -- fitting ----------------------------------------------------------------
+
+    def _check_params(self):
+        if not _size_range(self.encoder_sizes):
+            raise ValueError(
+                f"encoder_sizes={self.encoder_sizes!r} must be a tuple (low, high) of "
+                "positive integers with low <= high"
+            )
+        if not _noise_range(self.query_noise):
+            raise ValueError(
+                f"query_noise={self.query_noise!r} must be a tuple (start, end) of "
+                "non-negative numbers"
+            )
+        if self.embedding_dim % self.n_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} must divide embedding_dim={self.embedding_dim}"
+            )
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Train the set encoder and the predictor on evaluation sets.
+
+        Parameters
+        ----------
+        X : sequence of mappings
+            One mapping from query to score per model (see
+            :mod:`sklocus.evaluations`).
+        y : None
+            Ignored; present for scikit-learn compatibility.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        ragged = check_evaluation_sets(X)
+        encoder = self.query_encoder
+        if isinstance(encoder, str):
+            encoder = SentenceEncoder(model=encoder, device=self.device)
+        self.query_encoder_ = check_query_encoder(encoder)
+        vectors = self._encode(ragged.queries, fitted=False)
+        self.query_dim_ = vectors.shape[1]
+        self.device_ = resolve_device(self.device)
+
+        seed = self._seed()
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            torch.manual_seed(seed)
+            self.net_ = self._build_net(ragged, vectors, seed)
+            self.net_.fit(ModelSetDataset(np.arange(ragged.n_sets)), y=None)
+        return self
+
+    def _seed(self):
+        return int(
+            check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        )
+
+    def _rng_devices(self):
+        return [torch.device(self.device_)] if self.device_.startswith("cuda") else []
+
+    def _build_net(self, ragged, vectors, seed):
+        callbacks = [("query_noise", QueryNoiseSchedule(*self.query_noise))]
+        train_split = None
+        if self.validation_fraction is not None and ragged.n_sets >= 4:
+            train_split = ModelSplit(self.validation_fraction, seed)
+            callbacks.append(
+                (
+                    "early_stopping",
+                    EarlyStopping(
+                        monitor="valid_loss", patience=self.patience, load_best=True
+                    ),
+                )
+            )
+        if self.verbose:
+            callbacks.append(("progress_bar", ProgressBar()))
+        callbacks.extend(self.callbacks or [])
+        sampling = (ragged, vectors, self.encoder_sizes, self.decoder_size, seed)
+        return NeuralNet(
+            module=LocusNetwork,
+            module__query_dim=vectors.shape[1],
+            module__embedding_dim=self.embedding_dim,
+            module__n_latents=self.n_latents,
+            module__n_layers=self.n_layers,
+            module__n_heads=self.n_heads,
+            module__predictor_hidden=self.predictor_hidden,
+            module__dropout=self.dropout,
+            criterion=MaskedBCEWithLogitsLoss,
+            optimizer=torch.optim.AdamW,
+            lr=self.lr,
+            optimizer__weight_decay=self.weight_decay,
+            optimizer__param_groups=[("predictor.*", {"lr": self.predictor_lr})],
+            max_epochs=self.max_epochs,
+            batch_size=self.batch_size,
+            iterator_train__shuffle=True,
+            iterator_train__collate_fn=SetCollator(*sampling),
+            iterator_valid__collate_fn=SetCollator(*sampling, fixed=True),
+            train_split=train_split,
+            callbacks=callbacks,
+            predict_nonlinearity=None,
+            device=self.device_,
+            verbose=self.verbose,
+        )
+
+    @property
+    def history_(self):
+        """The skorch training history (one row per epoch)."""
+        check_is_fitted(self, "net_")
+        return self.net_.history
+
+    @property
+    def _n_features_out(self):
+        return self.embedding_dim
+
+    # -- encoding queries -------------------------------------------------------
+
+    def _encode(self, queries, fitted=True):
+        """Encode queries as a float32 array, checking the encoder's output."""
+        vectors = np.asarray(self.query_encoder_.transform(list(queries)))
+        if vectors.ndim != 2 or vectors.shape[0] != len(queries):
+            raise ValueError(
+                f"the query encoder returned an array of shape {vectors.shape} for "
+                f"{len(queries)} queries; expected (n_queries, dim)"
+            )
+        if fitted and vectors.shape[1] != self.query_dim_:
+            raise ValueError(
+                f"the query encoder gives {vectors.shape[1]}-d vectors but this "
+                f"embedder was fitted on {self.query_dim_}-d ones; use the encoder it "
+                "was fitted with"
+            )
+        if not np.isfinite(vectors).all():
+            row = int(np.argmax(~np.isfinite(vectors).all(axis=1)))
+            raise ValueError(f"the encoding of query {queries[row]!r} is not finite")
+        return vectors.astype(np.float32, copy=False)
+
+    # -- embedding ----------------------------------------------------------------
+
+    def transform(self, X):
+        """Embed each model with one forward pass over all its evaluations.
+
+        Parameters
+        ----------
+        X : sequence of mappings
+            One mapping from query to score per model. Queries need not have been
+            seen in ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n_models, embedding_dim), dtype float32
+        """
+        check_is_fitted(self, "net_")
+        ragged = check_evaluation_sets(X)
+        return self._embed(ragged, self._encode(ragged.queries))
+
+    def _embed(self, ragged, vectors):
+        encoder = self.net_.module_.encoder
+        was_training = encoder.training
+        encoder.eval()
+        device = self.device_
+        table = torch.as_tensor(vectors, device=device)
+        out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
+        try:
+            with torch.inference_mode():
+                for batch in size_buckets(ragged.sizes, _MAX_TOKENS, _MAX_SETS):
+                    codes, mask = pad(
+                        [ragged.set_codes(i) for i in batch], 0, torch.long
+                    )
+                    scores, _ = pad(
+                        [ragged.set_scores(i) for i in batch], 0.0, torch.float32
+                    )
+                    codes, mask = codes.to(device), mask.to(device)
+                    z = encoder(table[codes], scores.to(device), mask)
+                    out[batch] = z.float().cpu().numpy()
+        finally:
+            encoder.train(was_training)
+        return out
+
+    # -- prediction -------------------------------------------------------------
+
+    def _check_embeddings(self, embeddings):
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
+            raise ValueError(
+                f"embeddings have shape {embeddings.shape}; this embedder makes "
+                f"(n_models, {self.embedding_dim}) embeddings"
+            )
+        if not np.isfinite(embeddings).all():
+            row = int(np.argmax(~np.isfinite(embeddings).all(axis=1)))
+            raise ValueError(f"embedding {row} is not finite")
+        return embeddings
+
+    def predict_correctness(self, embeddings, queries):
+        """Probability that each model answers each query correctly.
+
+        Parameters
+        ----------
+        embeddings : array-like of shape (n_models, embedding_dim)
+            Output of ``transform``.
+        queries : sequence
+            Queries understood by the query encoder.
+
+        Returns
+        -------
+        ndarray of shape (n_models, n_queries), dtype float32
+        """
+        check_is_fitted(self, "net_")
+        embeddings = self._check_embeddings(embeddings)
+        queries = list(queries)
+        vectors = self._encode(queries)
+        return self._predict(embeddings, vectors)
+
+    def _predict(self, embeddings, vectors):
+        predictor = self.net_.module_.predictor
+        was_training = predictor.training
+        predictor.eval()
+        device = self.device_
+        out = np.empty((len(embeddings), len(vectors)), dtype=np.float32)
+        step = max(1, _MAX_PAIRS // max(len(vectors), 1))
+        try:
+            with torch.inference_mode():
+                u = torch.as_tensor(vectors, device=device)
+                for start in range(0, len(embeddings), step):
+                    z = torch.as_tensor(embeddings[start : start + step], device=device)
+                    logits = predictor.pairwise(z, u)
+                    out[start : start + step] = (
+                        torch.sigmoid(logits).float().cpu().numpy()
+                    )
+        finally:
+            predictor.train(was_training)
+        return out
+
+    def score(self, X, y=None):
+        """Correctness accuracy on a held-out part of each evaluation set.
+
+        A fixed quarter of each set's evaluations (the same positions on every call)
+        is held out; the rest builds the model's embedding, which then predicts the
+        held-out scores. Sets of one evaluation are skipped.
+
+        Parameters
+        ----------
+        X : sequence of mappings
+            One mapping from query to score per model.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        float
+            Fraction of held-out evaluations predicted right (threshold 0.5).
+        """
+        check_is_fitted(self, "net_")
+        ragged = check_evaluation_sets(X)
+        vectors = self._encode(ragged.queries)
+        kept_sets, held_codes, held_scores = [], [], []
+        for i in range(ragged.n_sets):
+            codes, scores = ragged.set_codes(i), ragged.set_scores(i)
+            if len(codes) < 2:
+                continue
+            n_held = max(1, int(round(_SCORE_HOLDOUT * len(codes))))
+            order = np.random.default_rng(len(codes)).permutation(len(codes))
+            held, kept = order[:n_held], order[n_held:]
+            kept_sets.append(dict(zip(codes[kept].tolist(), scores[kept].tolist())))
+            held_codes.append(codes[held])
+            held_scores.append(scores[held])
+        if not kept_sets:
+            raise ValueError(
+                "every evaluation set has a single evaluation; score needs sets of at "
+                "least two to hold one out"
+            )
+        # The kept parts are keyed by query code; embed them against the same table.
+        kept = check_evaluation_sets(kept_sets)
+        z = self._embed(kept, vectors[np.asarray(kept.queries, dtype=np.int64)])
+        probabilities = self._predict_own(z, held_codes, vectors)
+        return correctness_accuracy(
+            np.concatenate(held_scores)[None], np.concatenate(probabilities)[None]
+        )
+
+    def _predict_own(self, embeddings, codes_per_model, vectors):
+        """Probabilities of each model on its own queries, as a list of arrays."""
+        predictor = self.net_.module_.predictor
+        was_training = predictor.training
+        predictor.eval()
+        device = self.device_
+        table = torch.as_tensor(vectors, device=device)
+        sizes = np.array([len(codes) for codes in codes_per_model])
+        out = [None] * len(codes_per_model)
+        try:
+            with torch.inference_mode():
+                for batch in size_buckets(sizes, _MAX_TOKENS, _MAX_SETS):
+                    codes, mask = pad(
+                        [codes_per_model[i] for i in batch], 0, torch.long
+                    )
+                    z = torch.as_tensor(embeddings[batch], device=device)
+                    p = (
+                        torch.sigmoid(predictor(z, table[codes.to(device)]))
+                        .cpu()
+                        .numpy()
+                    )
+                    for row, i in enumerate(batch):
+                        out[i] = p[row, : sizes[i]]
+        finally:
+            predictor.train(was_training)
+        return out

@@ -1,0 +1,87 @@
+"""Correctness and routing accuracy, the two measures of LOCUS (METHOD.md, Metrics).
+
+Score matrices are ``(n_models, n_queries)``, NaN where a model was not evaluated on
+a query; probabilities have the same shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["correctness_accuracy", "routing_accuracy"]
+
+
+def _check_pair(scores, probabilities):
+    scores = np.asarray(scores, dtype=np.float64)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if scores.shape != probabilities.shape:
+        raise ValueError(
+            f"scores have shape {scores.shape} but probabilities have shape "
+            f"{probabilities.shape}; both must be (n_models, n_queries)"
+        )
+    return scores, probabilities
+
+
+def correctness_accuracy(scores, probabilities):
+    """Agreement of thresholded predictions with observed scores.
+
+    A prediction is ``probability >= 0.5``, an observed label ``score >= 0.5``; the
+    accuracy is taken over every observed (model, query) pair.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores, NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from sklocus.metrics import correctness_accuracy
+    >>> correctness_accuracy([[1, 0, float("nan")]], [[0.9, 0.7, 0.1]])
+    0.5
+    """
+    scores, probabilities = _check_pair(scores, probabilities)
+    observed = ~np.isnan(scores)
+    if not observed.any():
+        raise ValueError("no score is observed; correctness accuracy is undefined")
+    agree = (probabilities >= 0.5) == (scores >= 0.5)
+    return float(agree[observed].mean())
+
+
+def routing_accuracy(scores, probabilities):
+    """Mean observed score of the model each query is routed to.
+
+    Each query goes to the model of highest predicted probability. Queries whose
+    chosen model was not evaluated on them are left out.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores, NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from sklocus.metrics import routing_accuracy
+    >>> routing_accuracy([[1, 0], [0, 1]], [[0.9, 0.6], [0.2, 0.4]])
+    0.5
+    """
+    scores, probabilities = _check_pair(scores, probabilities)
+    chosen = scores[np.argmax(probabilities, axis=0), np.arange(scores.shape[1])]
+    observed = ~np.isnan(chosen)
+    if not observed.any():
+        raise ValueError(
+            "no query's chosen model has an observed score; routing accuracy is "
+            "undefined"
+        )
+    return float(chosen[observed].mean())

@@ -1,0 +1,192 @@
+"""The skorch glue: data sets of models, collation, loss, split and schedule.
+
+The unit of a training batch is a model. Each time a model is drawn, a random
+subset of its evaluations of random size builds its embedding (the encoder subset)
+and other evaluations of it give the targets (the decoder batch), as METHOD.md
+describes; varying the subset size lets one encoder serve any number of evaluations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from skorch.callbacks import Callback
+from torch import nn
+from torch.utils.data import Dataset
+
+from sklocus.nn.batching import pad
+
+
+class ModelSetDataset(Dataset):
+    """Models as samples: each item is ``(model index, draw)``.
+
+    The split of each model's evaluations happens in :class:`SetCollator`, which
+    sees the whole batch; ``draw`` numbers the fixed splits of a validation model.
+
+    Parameters
+    ----------
+    models : ndarray of int
+        The models (set indices) this data set serves.
+    draws : int, default=1
+        Items per model (fixed validation splits use several, for a steadier loss).
+    """
+
+    def __init__(self, models, draws=1):
+        self.models = np.asarray(models)
+        self.draws = draws
+
+    def __len__(self):
+        return len(self.models) * self.draws
+
+    def __getitem__(self, i):
+        return int(self.models[i % len(self.models)]), i // len(self.models)
+
+
+class SetCollator:
+    """Split each model of a batch into encoder subset and decoder batch, and pad.
+
+    One encoder-subset size is drawn per batch, log-uniformly from
+    ``encoder_sizes``, and each model of the batch uses it (or all but one of its
+    evaluations, if it has fewer): models of one batch then need almost no padding,
+    which makes a step several times cheaper than with one size per model, while
+    successive batches still cover the whole range of sizes. The decoder batch is
+    drawn from the evaluations left out of the encoder subset, so the predictor
+    learns to predict queries the embedding has not seen.
+
+    Parameters
+    ----------
+    ragged : RaggedEvaluations
+        All models' evaluations.
+    query_vectors : ndarray of shape (n_queries, query_dim), float32
+        Encoding of each of ``ragged.queries``.
+    encoder_sizes : tuple of (int, int)
+        Range of encoder-subset sizes.
+    decoder_size : int
+        Largest decoder batch per model.
+    seed : int
+        Seeds the draws.
+    fixed : bool, default=False
+        Give each (model, draw) the same split at every call, whatever its batch,
+        with every evaluation left out of the encoder subset as a target (for
+        validation).
+    """
+
+    def __init__(
+        self, ragged, query_vectors, encoder_sizes, decoder_size, seed, fixed=False
+    ):
+        self.ragged = ragged
+        self.query_vectors = torch.as_tensor(query_vectors)
+        self.encoder_sizes = encoder_sizes
+        self.decoder_size = decoder_size
+        self.seed = seed
+        self.fixed = fixed
+        self.rng = np.random.default_rng(seed)
+
+    def _draw_size(self, rng):
+        low, high = self.encoder_sizes
+        return int(np.exp(rng.uniform(np.log(low), np.log(high + 1))))
+
+    def _split(self, model, size, rng, n_targets):
+        codes = self.ragged.set_codes(model)
+        scores = self.ragged.set_scores(model)
+        n = len(codes)
+        if n == 1:  # nothing to hold out: the one evaluation is input and target
+            return codes, scores, codes, scores
+        size = min(max(size, self.encoder_sizes[0]), self.encoder_sizes[1], n - 1)
+        order = rng.permutation(n)
+        stop = n if n_targets is None else size + n_targets
+        encoder, decoder = order[:size], order[size:stop]
+        return codes[encoder], scores[encoder], codes[decoder], scores[decoder]
+
+    def __call__(self, items):
+        """Make the padded inputs and NaN-padded targets of a batch of models."""
+        splits = []
+        size = self._draw_size(self.rng)
+        for model, draw in items:
+            if self.fixed:
+                rng = np.random.default_rng((self.seed, model, draw))
+                size = self._draw_size(rng)
+                splits.append(self._split(model, size, rng, n_targets=None))
+            else:
+                splits.append(self._split(model, size, self.rng, self.decoder_size))
+        encoder_codes, encoder_scores, decoder_codes, decoder_scores = zip(*splits)
+        codes, mask = pad(encoder_codes, 0, torch.long)
+        scores, _ = pad(encoder_scores, 0.0, torch.float32)
+        targets_codes, _ = pad(decoder_codes, 0, torch.long)
+        targets, _ = pad(decoder_scores, np.nan, torch.float32)
+        inputs = {
+            "encoder_vectors": self.query_vectors[codes],
+            "encoder_scores": scores,
+            "encoder_mask": mask,
+            "decoder_vectors": self.query_vectors[targets_codes],
+        }
+        return inputs, targets
+
+
+class MaskedBCEWithLogitsLoss(nn.Module):
+    """Binary cross-entropy over the real targets; NaN targets are padding."""
+
+    def forward(self, logits, targets):
+        """Mean loss over the non-NaN targets.
+
+        Parameters
+        ----------
+        logits : Tensor of shape (batch, n_decoder)
+        targets : Tensor of shape (batch, n_decoder)
+            Scores in [0, 1], NaN for padding.
+
+        Returns
+        -------
+        Tensor
+            Scalar loss.
+        """
+        real = ~torch.isnan(targets)
+        return nn.functional.binary_cross_entropy_with_logits(
+            logits[real], targets[real]
+        )
+
+
+class ModelSplit:
+    """skorch ``train_split`` that holds out whole models for validation.
+
+    Parameters
+    ----------
+    fraction : float
+        Fraction of the models held out (at least one).
+    seed : int
+        Seeds the choice of models.
+    draws : int, default=4
+        Fixed splits of each validation model, averaged in the validation loss.
+    """
+
+    def __init__(self, fraction, seed, draws=4):
+        self.fraction = fraction
+        self.seed = seed
+        self.draws = draws
+
+    def __call__(self, dataset, y=None, **fit_params):
+        """Split a :class:`ModelSetDataset` into training and validation models."""
+        models = np.random.default_rng(self.seed).permutation(dataset.models)
+        n_valid = max(1, int(round(self.fraction * len(models))))
+        valid, train = np.sort(models[:n_valid]), np.sort(models[n_valid:])
+        return ModelSetDataset(train), ModelSetDataset(valid, draws=self.draws)
+
+
+class QueryNoiseSchedule(Callback):
+    """Anneal the training noise on query encodings linearly across epochs.
+
+    Parameters
+    ----------
+    start, end : float
+        Noise standard deviation at the first and the last epoch.
+    """
+
+    def __init__(self, start, end):
+        self.start = start
+        self.end = end
+
+    def on_epoch_begin(self, net, **kwargs):
+        """Set the noise of the coming epoch on the module."""
+        epochs = max(net.max_epochs - 1, 1)
+        progress = min(len(net.history) - 1, epochs) / epochs
+        net.module_.query_noise = self.start + (self.end - self.start) * progress

@@ -1,0 +1,400 @@
+import subprocess
+import sys
+import textwrap
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import (
+    check_estimator_repr,
+    check_get_params_invariance,
+    check_no_attributes_set_in_init,
+    check_parameters_default_constructible,
+    check_set_params,
+)
+from skorch.callbacks import Callback
+
+from sklocus import LocusEmbedder, PrecomputedEncoder
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+from sklocus.metrics import correctness_accuracy
+
+TINY = dict(
+    embedding_dim=16,
+    n_latents=4,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=16,
+    encoder_sizes=(8, 64),
+    max_epochs=3,
+    batch_size=16,
+    random_state=0,
+)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_evaluations(
+        n_models=48,
+        n_queries=300,
+        evals_per_model=(40, 150),
+        query_dim=16,
+        random_state=0,
+    )
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    return LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A small embedder trained long enough to learn, on train queries only."""
+    data = make_evaluations(
+        n_models=150,
+        n_queries=800,
+        evals_per_model=(100, 600),
+        query_dim=32,
+        random_state=1,
+    )
+    rng = np.random.default_rng(0)
+    test_queries = set(rng.choice(data.query_ids, size=200, replace=False).tolist())
+    train_part = [
+        {q: s for q, s in e.items() if q not in test_queries}
+        for e in data.evaluation_sets
+    ]
+    test_part = [
+        {q: s for q, s in e.items() if q in test_queries} for e in data.evaluation_sets
+    ]
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder,
+        embedding_dim=32,
+        n_latents=8,
+        n_layers=1,
+        n_heads=2,
+        predictor_hidden=32,
+        encoder_sizes=(8, 512),
+        max_epochs=30,
+        batch_size=8,
+        lr=1e-3,
+        predictor_lr=2e-3,
+        validation_fraction=None,
+        random_state=0,
+    ).fit(train_part[:120])
+    return embedder, data, train_part, test_part, sorted(test_queries)
+
+
+# -- what it computes ---------------------------------------------------------------
+
+
+def test_transform_gives_float32_rows(fitted, data):
+    z = fitted.transform(data.evaluation_sets[:5])
+    assert z.shape == (5, 16) and z.dtype == np.float32
+    assert np.isfinite(z).all()
+    assert fitted.fit_transform(data.evaluation_sets[:8]).shape == (8, 16)
+
+
+def test_permutation_invariance(fitted, data):
+    evaluations = data.evaluation_sets[3]
+    items = list(evaluations.items())
+    reordered = dict(items[::-1])
+    shuffled = dict(items[i] for i in np.random.default_rng(0).permutation(len(items)))
+    z = fitted.transform([evaluations, reordered, shuffled])
+    assert np.abs(z[1] - z[0]).max() <= 1e-5
+    assert np.abs(z[2] - z[0]).max() <= 1e-5
+
+
+def test_determinism_bitwise_and_across_batches(fitted, data):
+    sets = data.evaluation_sets
+    first = fitted.transform(sets[:10])
+    np.testing.assert_array_equal(fitted.transform(sets[:10]), first)
+    alone = fitted.transform([sets[4]])
+    in_other_company = fitted.transform([sets[20], sets[4], sets[31], {"q00001": 1.0}])
+    assert np.abs(alone[0] - first[4]).max() <= 1e-5
+    assert np.abs(in_other_company[1] - first[4]).max() <= 1e-5
+
+
+def test_onboarding_is_training_free(fitted, data):
+    before = {k: v.clone() for k, v in fitted.net_.module_.state_dict().items()}
+    earlier = fitted.transform(data.evaluation_sets[:6])
+    fitted.transform(data.evaluation_sets[6:30])
+    fitted.predict_correctness(earlier, data.query_ids[:5])
+    fitted.score(data.evaluation_sets[:6])
+    after = fitted.net_.module_.state_dict()
+    for name, value in before.items():
+        torch.testing.assert_close(after[name], value, atol=0, rtol=0)
+    np.testing.assert_array_equal(fitted.transform(data.evaluation_sets[:6]), earlier)
+
+
+def test_sets_of_any_size_and_unseen_queries(fitted, data):
+    rng = np.random.default_rng(0)
+    big = {f"new-{i}": float(rng.integers(2)) for i in range(10_500)}
+    vectors = rng.normal(size=(10_500, 16)).astype(np.float32)
+    encoder = PrecomputedEncoder(
+        list(big) + data.query_ids, np.vstack([vectors, data.query_vectors])
+    )
+    onboarding = clone(fitted)
+    onboarding.__dict__.update(fitted.__dict__)
+    onboarding.query_encoder_ = encoder
+    z = onboarding.transform([{"q00007": 1.0}, big])
+    assert z.shape == (2, 16) and np.isfinite(z).all()
+    p = onboarding.predict_correctness(z, ["new-3", "q00002"])
+    assert p.shape == (2, 2) and ((p > 0) & (p < 1)).all()
+
+
+def test_predict_correctness_gives_probabilities(fitted, data):
+    z = fitted.transform(data.evaluation_sets[:4])
+    p = fitted.predict_correctness(z, data.query_ids[:7])
+    assert p.shape == (4, 7) and p.dtype == np.float32
+    assert ((p > 0) & (p < 1)).all()
+    # Same as scoring one model at a time.
+    np.testing.assert_allclose(
+        fitted.predict_correctness(z[2:3], data.query_ids[:7])[0], p[2], atol=1e-6
+    )
+
+
+def test_score_is_deterministic_accuracy(fitted, data):
+    score = fitted.score(data.evaluation_sets)
+    assert 0.0 <= score <= 1.0
+    assert fitted.score(data.evaluation_sets) == score
+
+
+def test_it_learns(trained):
+    embedder, data, train_part, test_part, test_queries = trained
+    new = slice(120, 150)
+    z = embedder.transform(train_part[new])
+    probabilities = embedder.predict_correctness(z, test_queries)
+    scores, _ = to_matrix(test_part[new], queries=test_queries)
+    locus = correctness_accuracy(scores, probabilities)
+    own_accuracy = np.array([np.mean(list(s.values())) for s in train_part[new]])
+    baseline = correctness_accuracy(
+        scores, np.repeat(own_accuracy[:, None], len(test_queries), axis=1)
+    )
+    assert locus > baseline + 0.04, (locus, baseline)
+
+
+def test_embeddings_converge_as_evaluations_grow(trained):
+    embedder, data, *_ = trained
+    full_sets = data.evaluation_sets[120:150]
+    full = embedder.transform(full_sets)
+    rng = np.random.default_rng(0)
+    mean_distance = []
+    for n in (16, 64, 256, 512):
+        distances = []
+        for _ in range(3):
+            subsets = []
+            for evaluations in full_sets:
+                items = list(evaluations.items())
+                keep = rng.choice(len(items), size=min(n, len(items)), replace=False)
+                subsets.append(dict(items[i] for i in keep))
+            distances.append(np.linalg.norm(embedder.transform(subsets) - full, axis=1))
+        mean_distance.append(np.mean(distances))
+    assert all(a > b for a, b in zip(mean_distance, mean_distance[1:])), mean_distance
+    assert mean_distance[-1] < 0.5 * mean_distance[0]
+
+
+# -- training -------------------------------------------------------------------------
+
+
+def test_random_state_reproduces_and_spares_global_rngs(data):
+    torch.manual_seed(123)
+    np.random.seed(123)
+    expected_torch = torch.rand(1)
+    expected_numpy = np.random.rand()
+    torch.manual_seed(123)
+    np.random.seed(123)
+    first = LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets)
+    assert torch.rand(1) == expected_torch
+    assert np.random.rand() == expected_numpy
+    second = LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets)
+    np.testing.assert_array_equal(
+        first.transform(data.evaluation_sets[:5]),
+        second.transform(data.evaluation_sets[:5]),
+    )
+
+
+def test_history_callbacks_and_early_stopping(data):
+    class CountEpochs(Callback):
+        def initialize(self):
+            self.epochs = 0
+            return self
+
+        def on_epoch_end(self, net, **kwargs):
+            self.epochs += 1
+
+    counter = CountEpochs()
+    params = {**TINY, "max_epochs": 4, "callbacks": [("count", counter)]}
+    embedder = LocusEmbedder(query_encoder=data.encoder, **params).fit(
+        data.evaluation_sets
+    )
+    assert len(embedder.history_) == 4
+    assert dict(embedder.net_.callbacks_)["count"].epochs == 4
+    assert "valid_loss" in embedder.history_[-1]
+    assert "early_stopping" in dict(embedder.net_.callbacks_)
+    no_validation = LocusEmbedder(
+        query_encoder=data.encoder, **{**TINY, "validation_fraction": None}
+    ).fit(data.evaluation_sets)
+    assert "valid_loss" not in no_validation.history_[-1]
+
+
+def test_verbose_prints_progress(data, capsys):
+    LocusEmbedder(
+        query_encoder=data.encoder, **{**TINY, "max_epochs": 1, "verbose": 1}
+    ).fit(data.evaluation_sets)
+    captured = capsys.readouterr()
+    assert "train_loss" in captured.out
+
+
+def test_default_query_encoder_is_minilm_by_name():
+    sets = [
+        {"What is 2 + 2?": 1, "Name a prime number.": 0},
+        {"What is 2 + 2?": 0, "Spell 'cat'.": 1},
+    ]
+    embedder = LocusEmbedder(**{**TINY, "max_epochs": 1}).fit(sets)
+    assert embedder.query_dim_ == 384
+    assert embedder.transform([{"A question never seen.": 1}]).shape == (1, 16)
+
+
+# -- scikit-learn integration ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        check_no_attributes_set_in_init,
+        check_get_params_invariance,
+        check_set_params,
+        check_parameters_default_constructible,
+        check_estimator_repr,
+    ],
+)
+def test_data_free_estimator_checks(check):
+    check("LocusEmbedder", LocusEmbedder())
+
+
+def test_clone_and_nested_params(data):
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY)
+    params = embedder.get_params(deep=True)
+    assert params["query_encoder__queries"] is data.encoder.queries
+    embedder.set_params(n_latents=8, query_encoder__vectors=data.query_vectors * 2)
+    assert embedder.n_latents == 8
+    twin = clone(embedder)
+    assert twin.get_params()["n_latents"] == 8
+    assert not hasattr(twin, "net_")
+
+
+def test_joblib_round_trip_in_a_fresh_process(fitted, data, tmp_path):
+    path = tmp_path / "embedder.joblib"
+    joblib.dump(fitted, path)
+    expected = fitted.transform(data.evaluation_sets[:3])
+    np.testing.assert_array_equal(
+        joblib.load(path).transform(data.evaluation_sets[:3]), expected
+    )
+    np.save(tmp_path / "expected.npy", expected)
+    script = textwrap.dedent(
+        f"""
+        import joblib, numpy as np
+        from sklocus.datasets import make_evaluations
+        data = make_evaluations(n_models=48, n_queries=300, evals_per_model=(40, 150),
+                                query_dim=16, random_state=0)
+        z = joblib.load({str(path)!r}).transform(data.evaluation_sets[:3])
+        np.testing.assert_array_equal(z, np.load({str(tmp_path / "expected.npy")!r}))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_pipeline_and_set_output(fitted, data):
+    pipeline = make_pipeline(
+        LocusEmbedder(query_encoder=data.encoder, **TINY),
+        StandardScaler(),
+        KMeans(n_clusters=3, n_init=2, random_state=0),
+    )
+    labels = pipeline.fit_predict(data.evaluation_sets)
+    assert labels.shape == (48,)
+    embedder = clone(fitted).set_output(transform="pandas")
+    frame = embedder.fit(data.evaluation_sets).transform(data.evaluation_sets[:2])
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame.columns) == [f"locusembedder{i}" for i in range(16)]
+    assert list(fitted.get_feature_names_out()) == list(frame.columns)
+
+
+def test_grid_search_and_cross_val_score_over_models(data):
+    search = GridSearchCV(
+        LocusEmbedder(query_encoder=data.encoder, **{**TINY, "max_epochs": 2}),
+        {"n_latents": [8, 16]},
+        cv=3,
+    )
+    search.fit(data.evaluation_sets)
+    assert search.best_params_["n_latents"] in (8, 16)
+    assert np.isfinite(search.cv_results_["mean_test_score"]).all()
+    scores = cross_val_score(
+        LocusEmbedder(query_encoder=data.encoder, **{**TINY, "max_epochs": 1}),
+        data.evaluation_sets,
+        cv=KFold(3, shuffle=True, random_state=0),
+    )
+    assert scores.shape == (3,) and ((scores >= 0) & (scores <= 1)).all()
+
+
+# -- misuse and bad input ---------------------------------------------------------------
+
+
+def test_misuse_gives_clear_errors(fitted, data):
+    with pytest.raises(NotFittedError):
+        LocusEmbedder(query_encoder=data.encoder).transform(data.evaluation_sets)
+    z = fitted.transform(data.evaluation_sets[:2])
+    with pytest.raises(
+        ValueError,
+        match=r"embeddings have shape \(2, 15\); this embedder makes \(n_models, 16\)",
+    ):
+        fitted.predict_correctness(z[:, :15], data.query_ids[:3])
+    wide = clone(fitted)
+    wide.__dict__.update(fitted.__dict__)
+    wide.query_encoder_ = PrecomputedEncoder(data.query_ids, np.ones((300, 8)))
+    with pytest.raises(
+        ValueError, match="gives 8-d vectors but this embedder was fitted on 16-d"
+    ):
+        wide.transform(data.evaluation_sets[:2])
+    with pytest.raises(ValueError, match="query 'nope' \\(position 0\\) is not one of"):
+        fitted.transform([{"nope": 1.0}])
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"n_heads": 3}, "n_heads=3 must divide embedding_dim=16"),
+        (
+            {"encoder_sizes": (10, 5)},
+            "encoder_sizes=(10, 5) must be a tuple (low, high)",
+        ),
+        ({"query_noise": (0.1, -1.0)}, "query_noise=(0.1, -1.0) must be a tuple"),
+        ({"n_latents": 0}, "'n_latents' parameter of LocusEmbedder must be an int"),
+        ({"query_encoder": 42}, "'query_encoder' parameter of LocusEmbedder"),
+    ],
+)
+def test_bad_parameters_are_named(data, params, message):
+    with pytest.raises((ValueError, TypeError)) as raised:
+        LocusEmbedder(**{**TINY, "query_encoder": data.encoder, **params}).fit(
+            data.evaluation_sets
+        )
+    assert message in str(raised.value)
+
+
+def test_bad_evaluation_sets_are_named(data):
+    with pytest.raises(TypeError, match="got a single dict"):
+        LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets[0])
+    with pytest.raises(
+        ValueError, match="evaluation set 1 has score 3.0 for query 'q00001'"
+    ):
+        LocusEmbedder(query_encoder=data.encoder, **TINY).fit(
+            [{"q00000": 1.0}, {"q00001": 3.0}]
+        )
