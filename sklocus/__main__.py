@@ -28,6 +28,15 @@ def _cosine_distances(embeddings):
     return 1.0 - unit @ unit.T
 
 
+def _relation(data, i, j):
+    """Ground truth about models ``i`` and ``j``, for the report."""
+    if data.duplicate_of[i] == j or data.duplicate_of[j] == i:
+        return " [copy]"
+    if data.families[i] == data.families[j]:
+        return " [same family]"
+    return ""
+
+
 def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.stdout):
     """Train on synthetic models, onboard new ones, and report how well it works.
 
@@ -96,15 +105,19 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.
         f"Trained in {trained:.0f} s ({len(embedder.history_)} epochs); onboarded "
         f"{n_new} new models in {1000 * onboarded:.0f} ms with no training.",
         "",
-        "New models, test queries      correctness   routing",
-        f"  LOCUS                        {correctness_accuracy(scores, probabilities):.3f}"
-        f"         {routing_accuracy(scores, probabilities):.3f}",
-        f"  each model's own accuracy    {correctness_accuracy(scores, overall):.3f}"
-        f"         {routing_accuracy(scores, overall):.3f}",
-        f"  best single model            {'':5}         "
-        f"{routing_accuracy(scores, best_single):.3f}",
-        f"  true probabilities (bound)   {correctness_accuracy(scores, truth):.3f}"
-        f"         {routing_accuracy(scores, truth):.3f}",
+        f"{'New models, test queries':32}{'correctness':>12}{'routing':>10}",
+    )
+    rows = [
+        ("LOCUS", probabilities),
+        ("each model's own accuracy", overall),
+        ("best single model", best_single),
+        ("true probabilities (bound)", truth),
+    ]
+    for name, predicted in rows:
+        correctness = correctness_accuracy(scores, predicted)
+        shown = "" if predicted is best_single else f"{correctness:.3f}"
+        say(f"  {name:30}{shown:>12}{routing_accuracy(scores, predicted):>10.3f}")
+    say(
         "",
         "Nearest neighbours of a few new models (cosine distance; ground truth in []):",
     )
@@ -116,9 +129,7 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.
     for i in shown:
         neighbours = np.argsort(distances[i])[:3]
         described = ", ".join(
-            f"{data.model_names[j]} {distances[i, j]:.4f}"
-            f"{' [copy]' if data.duplicate_of[i] == j or data.duplicate_of[j] == i else ''}"
-            f"{' [same family]' if data.families[j] == data.families[i] else ''}"
+            f"{data.model_names[j]} {distances[i, j]:.4f}{_relation(data, i, j)}"
             for j in neighbours
         )
         say(f"  {data.model_names[i]}: {described}")
