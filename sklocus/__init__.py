@@ -7,6 +7,7 @@ then compare, select and route models with ordinary scikit-learn tools.
 from importlib.metadata import PackageNotFoundError, version
 
 from sklocus._embedder import LocusEmbedder
+from sklocus._router import LocusRouter
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import check_evaluation_sets, from_long, subsample, to_matrix
 
@@ -17,6 +18,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "LocusEmbedder",
+    "LocusRouter",
     "PrecomputedEncoder",
     "SentenceEncoder",
     "__version__",

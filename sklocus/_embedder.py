@@ -271,6 +271,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             torch.manual_seed(seed)
             self.net_ = self._build_net(ragged, vectors, seed)
             self.net_.fit(ModelSetDataset(np.arange(ragged.n_sets)), y=None)
+        # Inference never toggles the mode (that would race between threads that
+        # share a fitted embedder); skorch sets the mode itself when it trains.
+        self.net_.module_.eval()
         return self
 
     def _seed(self):
@@ -376,25 +379,18 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     def _embed(self, ragged, vectors):
         encoder = self.net_.module_.encoder
-        was_training = encoder.training
-        encoder.eval()
         device = self.device_
         table = torch.as_tensor(vectors, device=device)
         out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
-        try:
-            with torch.inference_mode():
-                for batch in size_buckets(ragged.sizes, _MAX_TOKENS, _MAX_SETS):
-                    codes, mask = pad(
-                        [ragged.set_codes(i) for i in batch], 0, torch.long
-                    )
-                    scores, _ = pad(
-                        [ragged.set_scores(i) for i in batch], 0.0, torch.float32
-                    )
-                    codes, mask = codes.to(device), mask.to(device)
-                    z = encoder(table[codes], scores.to(device), mask)
-                    out[batch] = z.float().cpu().numpy()
-        finally:
-            encoder.train(was_training)
+        with torch.inference_mode():
+            for batch in size_buckets(ragged.sizes, _MAX_TOKENS, _MAX_SETS):
+                codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
+                scores, _ = pad(
+                    [ragged.set_scores(i) for i in batch], 0.0, torch.float32
+                )
+                codes, mask = codes.to(device), mask.to(device)
+                z = encoder(table[codes], scores.to(device), mask)
+                out[batch] = z.float().cpu().numpy()
         return out
 
     # -- prediction -------------------------------------------------------------
@@ -433,22 +429,15 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     def _predict(self, embeddings, vectors):
         predictor = self.net_.module_.predictor
-        was_training = predictor.training
-        predictor.eval()
         device = self.device_
         out = np.empty((len(embeddings), len(vectors)), dtype=np.float32)
         step = max(1, _MAX_PAIRS // max(len(vectors), 1))
-        try:
-            with torch.inference_mode():
-                u = torch.as_tensor(vectors, device=device)
-                for start in range(0, len(embeddings), step):
-                    z = torch.as_tensor(embeddings[start : start + step], device=device)
-                    logits = predictor.pairwise(z, u)
-                    out[start : start + step] = (
-                        torch.sigmoid(logits).float().cpu().numpy()
-                    )
-        finally:
-            predictor.train(was_training)
+        with torch.inference_mode():
+            u = torch.as_tensor(vectors, device=device)
+            for start in range(0, len(embeddings), step):
+                z = torch.as_tensor(embeddings[start : start + step], device=device)
+                logits = predictor.pairwise(z, u)
+                out[start : start + step] = torch.sigmoid(logits).float().cpu().numpy()
         return out
 
     def score(self, X, y=None):
@@ -500,26 +489,16 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def _predict_own(self, embeddings, codes_per_model, vectors):
         """Probabilities of each model on its own queries, as a list of arrays."""
         predictor = self.net_.module_.predictor
-        was_training = predictor.training
-        predictor.eval()
         device = self.device_
         table = torch.as_tensor(vectors, device=device)
         sizes = np.array([len(codes) for codes in codes_per_model])
         out = [None] * len(codes_per_model)
-        try:
-            with torch.inference_mode():
-                for batch in size_buckets(sizes, _MAX_TOKENS, _MAX_SETS):
-                    codes, mask = pad(
-                        [codes_per_model[i] for i in batch], 0, torch.long
-                    )
-                    z = torch.as_tensor(embeddings[batch], device=device)
-                    p = (
-                        torch.sigmoid(predictor(z, table[codes.to(device)]))
-                        .cpu()
-                        .numpy()
-                    )
-                    for row, i in enumerate(batch):
-                        out[i] = p[row, : sizes[i]]
-        finally:
-            predictor.train(was_training)
+        with torch.inference_mode():
+            for batch in size_buckets(sizes, _MAX_TOKENS, _MAX_SETS):
+                codes, _ = pad([codes_per_model[i] for i in batch], 0, torch.long)
+                z = torch.as_tensor(embeddings[batch], device=device)
+                logits = predictor(z, table[codes.to(device)])
+                probabilities = torch.sigmoid(logits).float().cpu().numpy()
+                for row, i in enumerate(batch):
+                    out[i] = probabilities[row, : sizes[i]]
         return out

@@ -1,0 +1,427 @@
+"""LocusRouter: send each query to the model most likely to answer it."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils.validation import check_is_fitted
+
+from sklocus._embedder import LocusEmbedder
+from sklocus.encoders import as_query_list
+from sklocus.evaluations import check_evaluation_sets
+from sklocus.geometry import model_distances
+
+# predict and friends work through the queries in chunks of this many, so that
+# memory stays bounded however many queries come in.
+_QUERY_CHUNK = 8192
+
+
+def _check_cost(cost, names):
+    """Return ``cost`` as a float array, one finite non-negative value per model."""
+    if cost is None:
+        return None
+    if isinstance(cost, pd.Series):
+        missing = [name for name in names if name not in cost.index]
+        if missing:
+            raise ValueError(f"cost has no value for model {missing[0]!r}")
+        cost = cost.loc[list(names)]
+    values = np.asarray(cost, dtype=np.float64)
+    if values.shape != (len(names),):
+        raise ValueError(
+            f"cost has shape {values.shape}; give one number per model ({len(names)})"
+        )
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"model {names[i]!r} has cost {float(values[i])!r}; costs must be finite "
+            "and non-negative"
+        )
+    return values
+
+
+def _score_table(Y, n_queries, classes=None):
+    """Return ``(scores, names)``: Y as an (n_queries, n_models) float array."""
+    if isinstance(Y, pd.DataFrame):
+        names = np.asarray(list(Y.columns), dtype=object)
+        try:
+            scores = Y.to_numpy(dtype=np.float64, na_value=np.nan)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"Y must hold numbers in [0, 1] or NaN: {error}") from None
+    else:
+        scores = np.asarray(Y, dtype=np.float64)
+        if scores.ndim != 2:
+            raise ValueError(
+                f"Y must be 2-D (n_queries, n_models); got shape {scores.shape}"
+            )
+        names = np.arange(scores.shape[1]) if classes is None else np.asarray(classes)
+    if len(scores) != n_queries:
+        raise ValueError(
+            f"X has {n_queries} queries but Y has {len(scores)} rows; give one row of "
+            "scores per query"
+        )
+    if classes is not None and (
+        len(names) != len(classes) or not np.array_equal(names, classes)
+    ):
+        raise ValueError(
+            f"Y's columns {list(names)} are not the router's models {list(classes)}"
+        )
+    return scores, names
+
+
+class LocusRouter(ClassifierMixin, BaseEstimator):
+    """Route each query to the model most likely to answer it correctly.
+
+    A classifier whose samples are queries and whose classes are models. ``fit``
+    embeds every model from its observed scores with a
+    :class:`~sklocus.LocusEmbedder` (fitting it first unless it is wrapped in
+    :class:`~sklearn.frozen.FrozenEstimator`); ``predict`` scores every query
+    against every model with the embedder's correctness predictor and picks the
+    best. Models can be added and removed afterwards without refitting.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder or FrozenEstimator or None, default=None
+        The embedder. ``None`` fits a ``LocusEmbedder()`` with default settings; an
+        unfitted embedder is cloned and fitted; ``FrozenEstimator(fitted_embedder)``
+        is used as it is (``fit`` then only embeds).
+    cost_weight : float, default=0.0
+        Weight of cost in the choice: the router picks the model of highest
+        ``P(correct) - cost_weight * cost / max(cost)``, so ``cost_weight=0.1`` trades
+        at most 0.1 of probability against the most expensive model's cost. Ignored
+        when no cost is given.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_models,)
+        The models: Y's column names, or 0..n_models-1 for an array Y.
+    embedder_ : LocusEmbedder or FrozenEstimator
+        The fitted embedder.
+    embeddings_ : ndarray of shape (n_models, embedding_dim), float32
+        One embedding per model, in the order of ``classes_``.
+    cost_ : ndarray of shape (n_models,) or None
+        Cost of each model, when given.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sklocus import LocusEmbedder, LocusRouter
+    >>> from sklocus.datasets import make_evaluations
+    >>> from sklocus.evaluations import to_matrix
+    >>> data = make_evaluations(n_models=8, n_queries=120, evals_per_model=None,
+    ...                         random_state=0)
+    >>> scores, queries = to_matrix(data.evaluation_sets)
+    >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
+    >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
+    ...                          n_latents=4, max_epochs=2, random_state=0)
+    >>> router = LocusRouter(embedder).fit(queries, Y)
+    >>> router.predict(queries[:3]).shape
+    (3,)
+    """
+
+    _parameter_constraints = {
+        "embedder": [HasMethods(["fit", "transform"]), None],
+        "cost_weight": [Interval(numbers.Real, 0, None, closed="left")],
+    }
+
+    def __init__(self, embedder=None, cost_weight=0.0):
+        self.embedder = embedder
+        self.cost_weight = cost_weight
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = False
+        return tags
+
+    def fit(self, X, Y, cost=None):
+        """Embed every model from its observed scores.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries (texts or ids understood by the embedder's query encoder).
+        Y : DataFrame or array-like of shape (n_queries, n_models)
+            Scores in [0, 1]; NaN where a model was not evaluated on a query. A
+            DataFrame's columns name the models.
+        cost : array-like of shape (n_models,) or Series, default=None
+            Cost of each model (parameters, price...), non-negative.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        queries = as_query_list(X)
+        scores, names = _score_table(Y, len(queries))
+        cost = _check_cost(cost, names)
+        observed = ~np.isnan(scores)
+        empty = ~observed.any(axis=0)
+        if empty.any():
+            raise ValueError(
+                f"model {names[int(np.argmax(empty))]!r} has no observed score in Y; "
+                "every model needs at least one"
+            )
+        evaluation_sets = [
+            dict(
+                zip(
+                    [queries[i] for i in np.flatnonzero(observed[:, j])],
+                    scores[observed[:, j], j].tolist(),
+                )
+            )
+            for j in range(scores.shape[1])
+        ]
+        model_names = [str(name) for name in names]
+        check_evaluation_sets(evaluation_sets, model_names)
+
+        embedder = LocusEmbedder() if self.embedder is None else self.embedder
+        self.embedder_ = clone(embedder).fit(evaluation_sets, None)
+        self.embeddings_ = np.asarray(
+            self.embedder_.transform(evaluation_sets), dtype=np.float32
+        )
+        self.classes_ = names
+        self.cost_ = cost
+        return self
+
+    # -- scoring queries ----------------------------------------------------------
+
+    def _chunks(self, X):
+        queries = as_query_list(X)
+        for start in range(0, len(queries), _QUERY_CHUNK):
+            chunk = queries[start : start + _QUERY_CHUNK]
+            yield start, self.embedder_.predict_correctness(self.embeddings_, chunk).T
+
+    def predict_correctness(self, X):
+        """Probability that each model answers each query correctly.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_models), float32
+            Columns in the order of ``classes_``.
+        """
+        check_is_fitted(self, "embeddings_")
+        queries = as_query_list(X)
+        out = np.empty((len(queries), len(self.classes_)), dtype=np.float32)
+        for start, probabilities in self._chunks(queries):
+            out[start : start + len(probabilities)] = probabilities
+        return out
+
+    def predict_proba(self, X):
+        """Each query's correctness probabilities, normalised to sum to one.
+
+        These are not probabilities that a model is *the* best; they are
+        ``predict_correctness(X)`` rows divided by their sum, which keeps the
+        ranking of models and lets scikit-learn tools that expect
+        ``predict_proba`` work.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_models)
+        """
+        probabilities = self.predict_correctness(X).astype(np.float64)
+        return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+    def _select(self, names, verb):
+        """Mask of the models named; every name must be a model, and some must stay."""
+        mask = np.zeros(len(self.classes_), dtype=bool)
+        if names is None:
+            return mask
+        if isinstance(names, str) or not np.iterable(names):
+            names = [names]
+        for name in names:
+            matches = self.classes_ == name
+            if not matches.any():
+                raise ValueError(
+                    f"cannot {verb} {name!r}: the router has no such model"
+                )
+            mask |= matches
+        if mask.all():
+            raise ValueError(f"cannot {verb} every model; leave at least one")
+        return mask
+
+    def _utility(self, probabilities):
+        if self.cost_ is None or self.cost_weight == 0:
+            return probabilities
+        largest = self.cost_.max()
+        normalised = self.cost_ / largest if largest > 0 else self.cost_
+        return probabilities - self.cost_weight * normalised[None, :]
+
+    def predict(self, X, exclude=None):
+        """Choose a model for each query.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        exclude : sequence of model names, default=None
+            Models that are unavailable; each query goes to the best of the others.
+
+        Returns
+        -------
+        ndarray of shape (n_queries,)
+            The chosen model of each query (an entry of ``classes_``). Ties go to the
+            model listed first in ``classes_``.
+        """
+        check_is_fitted(self, "embeddings_")
+        excluded = self._select(exclude, "exclude")
+        queries = as_query_list(X)
+        chosen = np.empty(len(queries), dtype=np.int64)
+        for start, probabilities in self._chunks(queries):
+            utility = self._utility(probabilities)
+            utility[:, excluded] = -np.inf
+            chosen[start : start + len(utility)] = np.argmax(utility, axis=1)
+        return self.classes_[chosen]
+
+    def score(self, X, Y, sample_weight=None):
+        """Routing accuracy: the mean observed score of the chosen model.
+
+        Each query is routed with :meth:`predict`; queries whose chosen model has no
+        observed score in ``Y`` are left out of the mean.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        Y : DataFrame or array-like of shape (n_queries, n_models)
+            Observed scores, NaN where unobserved, columns as ``classes_``.
+        sample_weight : array-like of shape (n_queries,), default=None
+            Weights of the queries.
+
+        Returns
+        -------
+        float
+        """
+        check_is_fitted(self, "embeddings_")
+        queries = as_query_list(X)
+        scores, _ = _score_table(Y, len(queries), self.classes_)
+        chosen = self.predict(queries)
+        column = {name: j for j, name in enumerate(self.classes_)}
+        picked = scores[np.arange(len(queries)), [column[c] for c in chosen]]
+        observed = ~np.isnan(picked)
+        if not observed.any():
+            raise ValueError(
+                "no query's chosen model has an observed score in Y; routing accuracy "
+                "is undefined"
+            )
+        weights = None if sample_weight is None else np.asarray(sample_weight)[observed]
+        return float(np.average(picked[observed], weights=weights))
+
+    # -- changing the pool ------------------------------------------------------
+
+    def add_models(self, evaluation_sets, names, cost=None):
+        """Onboard models: embed them with one forward pass, no training.
+
+        Existing embeddings do not change.
+
+        Parameters
+        ----------
+        evaluation_sets : sequence of mappings
+            One mapping from query to score per new model.
+        names : sequence
+            Their names, new to the router and distinct.
+        cost : array-like of shape (n_new,), default=None
+            Their costs; required when the router has costs, refused otherwise.
+
+        Returns
+        -------
+        self
+        """
+        check_is_fitted(self, "embeddings_")
+        names = list(names)
+        check_evaluation_sets(evaluation_sets, [str(name) for name in names])
+        if self.classes_.dtype != object and not all(
+            isinstance(name, numbers.Integral) for name in names
+        ):
+            raise TypeError(
+                "the router's models are numbered (it was fitted on an array Y); name "
+                "new models with integers"
+            )
+        known = set(self.classes_.tolist())
+        for i, name in enumerate(names):
+            if name in known or name in names[:i]:
+                raise ValueError(f"model {name!r} is already in the router")
+        if (cost is None) != (self.cost_ is None):
+            raise ValueError(
+                "the router was fitted with costs; give a cost for each new model"
+                if cost is None
+                else "the router was fitted without costs; leave cost out"
+            )
+        cost = _check_cost(cost, names)
+        embeddings = self.embedder_.transform(evaluation_sets)
+        self.embeddings_ = np.vstack([self.embeddings_, embeddings]).astype(np.float32)
+        self.classes_ = np.concatenate(
+            [self.classes_, np.asarray(names, dtype=self.classes_.dtype)]
+        )
+        if cost is not None:
+            self.cost_ = np.concatenate([self.cost_, cost])
+        return self
+
+    def remove_models(self, names):
+        """Retire models from the router.
+
+        Parameters
+        ----------
+        names : sequence
+            Models to remove, each one of ``classes_``.
+
+        Returns
+        -------
+        self
+        """
+        check_is_fitted(self, "embeddings_")
+        kept = ~self._select(names, "remove")
+        self.embeddings_ = self.embeddings_[kept]
+        self.classes_ = self.classes_[kept]
+        if self.cost_ is not None:
+            self.cost_ = self.cost_[kept]
+        return self
+
+    def substitutes(self, name, k=5, *, metric="cosine"):
+        """List the models nearest to ``name`` in embedding space, its substitutes.
+
+        Parameters
+        ----------
+        name : object
+            One of ``classes_``.
+        k : int, default=5
+            How many.
+        metric : {"cosine", "euclidean"}, default="cosine"
+
+        Returns
+        -------
+        pandas.Series
+            Distances, indexed by model name, nearest first.
+        """
+        check_is_fitted(self, "embeddings_")
+        matches = np.flatnonzero(self.classes_ == name)
+        if len(matches) == 0:
+            raise ValueError(f"the router has no model {name!r}")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k={k!r} must be a positive integer")
+        index = matches[0]
+        distances = model_distances(
+            self.embeddings_[index : index + 1], self.embeddings_, metric=metric
+        )[0]
+        distances[index] = np.inf
+        order = np.argsort(distances, kind="stable")[: min(k, len(distances) - 1)]
+        return pd.Series(
+            distances[order],
+            index=pd.Index(self.classes_[order], name="model"),
+            name=f"{metric} distance to {name}",
+        )

@@ -1,0 +1,306 @@
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.frozen import FrozenEstimator
+from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
+
+import sklocus._router as router_module
+from sklocus import LocusEmbedder, LocusRouter
+from sklocus.datasets import make_evaluations
+
+SMALL = dict(
+    embedding_dim=32,
+    n_latents=8,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=32,
+    batch_size=4,
+    lr=1e-3,
+    predictor_lr=2e-3,
+    validation_fraction=None,
+    random_state=0,
+)
+
+
+def _score_frame(data, queries):
+    row = {q: j for j, q in enumerate(data.query_ids)}
+    frame = pd.DataFrame(np.nan, index=range(len(queries)), columns=data.model_names)
+    for name, evaluations in zip(data.model_names, data.evaluation_sets):
+        for i, query in enumerate(queries):
+            if query in evaluations:
+                frame.loc[i, name] = evaluations[query]
+    assert row  # queries are ids of data
+    return frame
+
+
+@pytest.fixture(scope="module")
+def problem():
+    data = make_evaluations(
+        n_models=16,
+        n_queries=700,
+        evals_per_model=(350, 650),
+        query_dim=16,
+        random_state=2,
+    )
+    rng = np.random.default_rng(0)
+    order = rng.permutation(data.query_ids)
+    train, test = list(order[:550]), list(order[550:])
+    return data, train, _score_frame(data, train), test, _score_frame(data, test)
+
+
+@pytest.fixture(scope="module")
+def router(problem):
+    data, train, Y, *_ = problem
+    embedder = LocusEmbedder(query_encoder=data.encoder, max_epochs=40, **SMALL)
+    return LocusRouter(embedder).fit(train, Y, cost=data.params_b)
+
+
+def test_fit_sets_attributes(router, problem):
+    data, *_ = problem
+    assert list(router.classes_) == data.model_names
+    assert router.embeddings_.shape == (16, 32)
+    np.testing.assert_array_equal(router.cost_, data.params_b)
+    assert isinstance(router.embedder_, LocusEmbedder)
+
+
+def test_predictions_and_their_shapes(router, problem):
+    data, _, _, test, _ = problem
+    p = router.predict_correctness(test[:20])
+    assert p.shape == (20, 16) and ((p > 0) & (p < 1)).all()
+    chosen = router.predict(test[:20])
+    np.testing.assert_array_equal(chosen, router.classes_[p.argmax(axis=1)])
+    proba = router.predict_proba(test[:20])
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(proba.argmax(axis=1), p.argmax(axis=1))
+
+
+def test_score_is_mean_observed_score_of_the_chosen_model(router, problem):
+    _, _, _, test, Y_test = problem
+    chosen = router.predict(test)
+    picked = np.array([Y_test.loc[i, c] for i, c in enumerate(chosen)])
+    expected = np.nanmean(picked)
+    assert router.score(test, Y_test) == pytest.approx(expected)
+    assert router.score(test, Y_test.to_numpy()) == pytest.approx(expected)
+
+
+def test_routing_beats_the_best_single_model(router, problem):
+    data, _, _, test, _ = problem
+    columns = [data.query_ids.index(q) for q in test]
+    truth = data.probabilities[:, columns]  # (n_models, n_test)
+    chosen = [data.model_names.index(c) for c in router.predict(test)]
+    routed = truth[chosen, np.arange(len(test))].mean()
+    best_single = truth.mean(axis=1).max()
+    assert routed > best_single + 0.03, (routed, best_single)
+
+
+def test_cost_aware_routing(router, problem):
+    data, _, _, test, _ = problem
+    p = router.predict_correctness(test)
+    expensive = clone(router).set_params(cost_weight=0.3)
+    expensive.__dict__.update(
+        {k: v for k, v in router.__dict__.items() if k.endswith("_")}
+    )
+    utility = p - 0.3 * data.params_b / data.params_b.max()
+    np.testing.assert_array_equal(
+        expensive.predict(test), router.classes_[utility.argmax(axis=1)]
+    )
+
+    def mean_cost(r):
+        return np.mean(
+            [data.params_b[data.model_names.index(c)] for c in r.predict(test)]
+        )
+
+    assert mean_cost(expensive) < mean_cost(router)
+
+
+def _copy(router):
+    twin = clone(router)
+    twin.__dict__.update(
+        {
+            k: (v.copy() if hasattr(v, "copy") and k != "embedder_" else v)
+            for k, v in router.__dict__.items()
+            if k.endswith("_")
+        }
+    )
+    return twin
+
+
+def test_adding_an_exact_copy(router, problem):
+    data, _, _, test, _ = problem
+    grown = _copy(router)
+    before = grown.predict(test)
+    old_embeddings = grown.embeddings_.copy()
+    source = data.model_names.index(before[0])
+    grown.add_models(
+        [data.evaluation_sets[source]], ["the-copy"], cost=[data.params_b[source]]
+    )
+    original = router.embedder_.transform([data.evaluation_sets[source]])
+    np.testing.assert_array_equal(grown.embeddings_[-1], original[0])
+    np.testing.assert_array_equal(grown.embeddings_[:-1], old_embeddings)
+    assert grown.classes_[-1] == "the-copy" and len(grown.classes_) == 17
+    np.testing.assert_array_equal(grown.predict(test), before)
+
+
+def test_remove_and_exclude_models(router, problem):
+    _, _, _, test, _ = problem
+    chosen = router.predict(test)
+    favourite = pd.Series(chosen).value_counts().index[0]
+    rerouted = router.predict(test, exclude=[favourite])
+    assert favourite not in set(rerouted)
+    unchanged = chosen != favourite
+    np.testing.assert_array_equal(rerouted[unchanged], chosen[unchanged])
+    smaller = _copy(router).remove_models([favourite])
+    assert favourite not in smaller.classes_ and len(smaller.classes_) == 15
+    np.testing.assert_array_equal(smaller.predict(test), rerouted)
+
+
+def test_substitutes_are_nearest_others(router):
+    name = router.classes_[3]
+    substitutes = router.substitutes(name, k=4)
+    assert isinstance(substitutes, pd.Series) and len(substitutes) == 4
+    assert name not in substitutes.index
+    assert substitutes.is_monotonic_increasing
+    assert router.substitutes(name, k=100).shape == (15,)
+
+
+def test_frozen_embedder_only_embeds(router, problem):
+    data, train, Y, test, _ = problem
+    fitted = router.embedder_
+    net = fitted.net_
+    frozen = LocusRouter(FrozenEstimator(fitted)).fit(train, Y)
+    assert frozen.embedder_.estimator is fitted and fitted.net_ is net
+    np.testing.assert_array_equal(frozen.embeddings_, router.embeddings_)
+    np.testing.assert_array_equal(frozen.predict(test), router.predict(test))
+
+
+def test_joblib_round_trip_in_a_fresh_process(router, problem, tmp_path):
+    _, _, _, test, _ = problem
+    path = tmp_path / "router.joblib"
+    joblib.dump(router, path)
+    expected = router.predict(test)
+    np.save(tmp_path / "expected.npy", expected.astype(str))
+    script = textwrap.dedent(
+        f"""
+        import joblib, numpy as np
+        router = joblib.load({str(path)!r})
+        queries = {test!r}
+        assert (router.predict(queries).astype(str) == np.load({str(tmp_path / "expected.npy")!r})).all()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_many_queries_in_chunks(router, problem, monkeypatch):
+    _, _, _, test, _ = problem
+    queries = [test[i % len(test)] for i in range(100_000)]
+    expected = router.predict(test)
+    chosen = router.predict(queries)
+    np.testing.assert_array_equal(chosen, expected[np.arange(100_000) % len(test)])
+    monkeypatch.setattr(router_module, "_QUERY_CHUNK", 7)
+    np.testing.assert_array_equal(router.predict(test), expected)
+    np.testing.assert_allclose(
+        router.predict_correctness(test[:30]),
+        router.predict_correctness(test)[:30],
+        atol=1e-6,
+    )
+
+
+def test_concurrent_predict_matches_serial(router, problem):
+    _, _, _, test, _ = problem
+    slices = [test[i::4] for i in range(4)] * 2
+    serial = [router.predict(s) for s in slices]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        parallel = list(pool.map(router.predict, slices))
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_grid_search_and_cross_val_score_over_queries(problem):
+    data, train, Y, *_ = problem
+    router = LocusRouter(
+        LocusEmbedder(query_encoder=data.encoder, **{**SMALL, "max_epochs": 2})
+    )
+    search = GridSearchCV(router, {"embedder__n_latents": [8, 16]}, cv=KFold(3))
+    search.fit(train, Y)
+    assert search.best_params_["embedder__n_latents"] in (8, 16)
+    results = search.cv_results_
+    fold_scores = [
+        results[f"split{i}_test_score"][search.best_index_] for i in range(3)
+    ]
+    assert search.best_score_ == pytest.approx(np.mean(fold_scores))
+    assert 0 <= search.best_score_ <= 1
+    scores = cross_val_score(router, train, Y, cv=KFold(3))
+    assert scores.shape == (3,)
+
+
+def test_array_targets_number_the_models(problem):
+    data, train, Y, test, _ = problem
+    embedder = LocusEmbedder(query_encoder=data.encoder, **{**SMALL, "max_epochs": 1})
+    router = LocusRouter(embedder).fit(train, Y.to_numpy())
+    np.testing.assert_array_equal(router.classes_, np.arange(16))
+    assert router.predict(test[:5]).dtype.kind == "i"
+    router.add_models([data.evaluation_sets[0]], [16])
+    assert router.classes_[-1] == 16
+    with pytest.raises(TypeError, match="name new models with integers"):
+        router.add_models([data.evaluation_sets[0]], ["x"])
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ("short_x", ValueError, "X has 549 queries but Y has 550 rows"),
+        ("empty_model", ValueError, "model 'model-0003' has no observed score in Y"),
+        ("negative_cost", ValueError, "model 'model-0002' has cost -1.0"),
+        ("short_cost", ValueError, "give one number per model (16)"),
+        ("bad_score", ValueError, "(model 'model-0001') has score 2.0 for query"),
+    ],
+)
+def test_bad_fit_input_is_named(problem, change, error, message):
+    data, train, Y, *_ = problem
+    Y = Y.copy()
+    cost = None
+    X = train
+    if change == "short_x":
+        X = train[:-1]
+    elif change == "empty_model":
+        Y["model-0003"] = np.nan
+    elif change == "negative_cost":
+        cost = data.params_b.copy()
+        cost[2] = -1.0
+    elif change == "short_cost":
+        cost = data.params_b[:5]
+    elif change == "bad_score":
+        Y.loc[Y["model-0001"].first_valid_index(), "model-0001"] = 2.0
+    router = LocusRouter(
+        LocusEmbedder(query_encoder=data.encoder, **{**SMALL, "max_epochs": 1})
+    )
+    with pytest.raises(error) as raised:
+        router.fit(X, Y, cost=cost)
+    assert message in str(raised.value)
+
+
+def test_bad_names_are_named(router, problem):
+    data, _, _, test, Y_test = problem
+    with pytest.raises(
+        ValueError, match="cannot exclude 'nobody': the router has no such model"
+    ):
+        router.predict(test, exclude=["nobody"])
+    with pytest.raises(ValueError, match="cannot remove 'nobody'"):
+        _copy(router).remove_models(["nobody"])
+    with pytest.raises(ValueError, match="cannot exclude every model"):
+        router.predict(test, exclude=list(router.classes_))
+    with pytest.raises(ValueError, match="model 'model-0000' is already in the router"):
+        _copy(router).add_models([data.evaluation_sets[0]], ["model-0000"], cost=[1.0])
+    with pytest.raises(ValueError, match="give a cost for each new model"):
+        _copy(router).add_models([data.evaluation_sets[0]], ["new"])
+    with pytest.raises(ValueError, match="the router has no model 'nobody'"):
+        router.substitutes("nobody")
+    with pytest.raises(ValueError, match="are not the router's models"):
+        router.score(test, Y_test.iloc[:, ::-1])
