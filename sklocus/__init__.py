@@ -8,6 +8,11 @@ from importlib.metadata import PackageNotFoundError, version
 
 from sklocus._embedder import LocusEmbedder
 from sklocus._router import LocusRouter
+from sklocus._selection import (
+    CoverageGreedySelector,
+    KCenterSelector,
+    KMedoidsSelector,
+)
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import check_evaluation_sets, from_long, subsample, to_matrix
 
@@ -17,6 +22,9 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "CoverageGreedySelector",
+    "KCenterSelector",
+    "KMedoidsSelector",
     "LocusEmbedder",
     "LocusRouter",
     "PrecomputedEncoder",
