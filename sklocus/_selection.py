@@ -208,9 +208,10 @@ class KMedoidsSelector(_BaseSelector):
     --------
     >>> import numpy as np
     >>> from sklocus import KMedoidsSelector
-    >>> Z = np.array([[0.0, 1], [0.1, 1], [1, 0], [1, 0.1], [0.9, 0.1]])
-    >>> sorted(KMedoidsSelector(n_selected=2).fit(Z).selected_indices_.tolist())
-    [0, 3]
+    >>> Z = np.array([[0.0, 1], [0.1, 1], [0.2, 1], [1, 0], [1, 0.1], [1, 0.2]])
+    >>> selector = KMedoidsSelector(n_selected=2, metric="euclidean").fit(Z)
+    >>> sorted(selector.selected_indices_.tolist())
+    [1, 4]
     """
 
     _parameter_constraints = {

@@ -449,7 +449,7 @@ def to_matrix(evaluation_sets, queries=None, model_names=None):
     return matrix, queries
 
 
-def subsample(evaluation_sets, n, random_state=None, model_names=None):
+def subsample(evaluation_sets, n, random_state=None, model_names=None, *, shared=False):
     """Draw ``n`` evaluations of each model, without replacement.
 
     Parameters
@@ -463,6 +463,11 @@ def subsample(evaluation_sets, n, random_state=None, model_names=None):
         Seeds the draw.
     model_names : sequence of str, default=None
         Names used in error messages.
+    shared : bool, default=False
+        Draw the same queries for every model as far as their sets allow: the
+        queries are put in one random order and each model keeps the first ``n`` of
+        those it has. Models evaluated on the same queries then keep the same
+        subset, so that their subsets differ only where their evaluations do.
 
     Returns
     -------
@@ -474,16 +479,24 @@ def subsample(evaluation_sets, n, random_state=None, model_names=None):
     >>> from sklocus.evaluations import subsample
     >>> [len(s) for s in subsample([{"a": 1, "b": 0, "c": 1}, {"a": 0}], 2, 0)]
     [2, 1]
+    >>> same = subsample([{"a": 1, "b": 0, "c": 1}, {"a": 0, "b": 1, "c": 1}], 2, 0,
+    ...                  shared=True)
+    >>> same[0].keys() == same[1].keys()
+    True
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"n={n!r} must be a positive integer")
     ragged = check_evaluation_sets(evaluation_sets, model_names)
     rng = check_random_state(random_state)
+    rank = rng.permutation(len(ragged.queries)) if shared else None
     subsets = []
     for i in range(ragged.n_sets):
         codes, scores = ragged.set_codes(i), ragged.set_scores(i)
         if len(codes) > n:
-            keep = np.sort(rng.choice(len(codes), size=n, replace=False))
+            if shared:
+                keep = np.sort(np.argsort(rank[codes], kind="stable")[:n])
+            else:
+                keep = np.sort(rng.choice(len(codes), size=n, replace=False))
             codes, scores = codes[keep], scores[keep]
         subsets.append({ragged.queries[c]: float(s) for c, s in zip(codes, scores)})
     return subsets

@@ -8,11 +8,28 @@ Every function takes embeddings of shape ``(n_models, embedding_dim)``, as made 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
-from sklearn.metrics import pairwise_distances
+import pandas as pd
+from scipy import stats
+from scipy.cluster import hierarchy
+from scipy.spatial.distance import cdist, squareform
+from sklearn.utils import check_random_state
 
-__all__ = ["check_embeddings", "model_distances", "nearest_models"]
+from sklocus.evaluations import subsample
+
+__all__ = [
+    "check_embeddings",
+    "cluster_models",
+    "disagreement_correlation",
+    "find_duplicates",
+    "model_distances",
+    "nearest_models",
+    "profile_evaluation_set",
+    "search_by_profile",
+    "stable_duplicates",
+]
 
 METRICS = ("cosine", "euclidean")
 
@@ -57,7 +74,8 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
     other : array-like of shape (n_other, embedding_dim), default=None
         Distances to these models; by default among ``embeddings`` themselves.
     metric : {"cosine", "euclidean"}, default="cosine"
-        Cosine distance is ``1 - cos(angle)``, in [0, 2].
+        Cosine distance is ``1 - cos(angle)``, in [0, 2]; an all-zero embedding is
+        at cosine distance 1 from every model, as in scikit-learn.
 
     Returns
     -------
@@ -77,8 +95,11 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
             f"other has width {other.shape[1]} but embeddings have width "
             f"{embeddings.shape[1]}"
         )
-    distances = pairwise_distances(embeddings, other, metric=_check_metric(metric))
-    return np.maximum(distances, 0.0)
+    # cdist computes each distance directly: identical models get exactly 0, which
+    # the faster dot-product expansion of scikit-learn does not promise, and
+    # near-duplicates live at distances of 1e-5.
+    distances = cdist(embeddings, other, metric=_check_metric(metric))
+    return np.nan_to_num(np.maximum(distances, 0.0), nan=1.0)
 
 
 def nearest_models(embeddings, k=5, *, metric="cosine"):
@@ -114,3 +135,325 @@ def nearest_models(embeddings, k=5, *, metric="cosine"):
     np.fill_diagonal(distances, np.inf)
     indices = np.argsort(distances, axis=1, kind="stable")[:, :k]
     return indices, np.take_along_axis(distances, indices, axis=1)
+
+
+def _close_pairs(distances, threshold):
+    """Pairs ``i < j`` with ``distances[i, j] < threshold``, closest first."""
+    first, second = np.triu_indices(len(distances), k=1)
+    close = distances[first, second] < threshold
+    pairs = pd.DataFrame(
+        {
+            "first": first[close],
+            "second": second[close],
+            "distance": distances[first, second][close],
+        }
+    )
+    return pairs.sort_values(
+        ["distance", "first", "second"], kind="stable", ignore_index=True
+    )
+
+
+def _check_threshold(threshold):
+    if not isinstance(threshold, numbers.Real) or not threshold > 0:
+        raise ValueError(f"threshold={threshold!r} must be a positive number")
+    return float(threshold)
+
+
+def find_duplicates(embeddings, threshold, *, metric="cosine"):
+    """Pairs of models whose embeddings nearly coincide.
+
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_models, embedding_dim)
+    threshold : float
+        Pairs closer than this are reported.
+    metric : {"cosine", "euclidean"}, default="cosine"
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``first``, ``second`` (model indices, ``first < second``) and
+        ``distance``, closest pair first.
+
+    Examples
+    --------
+    >>> from sklocus.geometry import find_duplicates
+    >>> find_duplicates([[0, 0], [0, 0.001], [1, 0]], 0.01, metric="euclidean")
+       first  second  distance
+    0      0       1     0.001
+    """
+    threshold = _check_threshold(threshold)
+    return _close_pairs(model_distances(embeddings, metric=metric), threshold)
+
+
+def stable_duplicates(
+    embedder,
+    evaluation_sets,
+    n_evals,
+    *,
+    n_resamples=5,
+    threshold=0.01,
+    metric="cosine",
+    random_state=None,
+):
+    """Pairs that stay near-duplicates across resampled evaluation subsets.
+
+    The fingerprint test of the paper: each model is embedded ``n_resamples`` times,
+    each time from ``n_evals`` of its evaluations drawn afresh; a pair is reported
+    when it is closer than ``threshold`` in every resample. Each resample draws the
+    same queries for every model as far as their sets allow
+    (``subsample(..., shared=True)``), so two models that answer alike stay alike,
+    while a pair that looked alike on one subset by chance does not survive.
+
+    Parameters
+    ----------
+    embedder : fitted LocusEmbedder
+    evaluation_sets : sequence of mappings
+        One mapping from query to score per model.
+    n_evals : int
+        Evaluations per model in each resample (a smaller set is used whole).
+    n_resamples : int, default=5
+        Independent resamples.
+    threshold : float, default=0.01
+        Largest distance of a duplicate pair, in every resample.
+    metric : {"cosine", "euclidean"}, default="cosine"
+    random_state : int, RandomState instance or None, default=None
+        Seeds the resampling.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``first``, ``second`` and ``distance`` (the largest over the
+        resamples), closest pair first.
+    """
+    threshold = _check_threshold(threshold)
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, numbers.Integral):
+        raise ValueError(f"n_resamples={n_resamples!r} must be a positive integer")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples={n_resamples!r} must be a positive integer")
+    rng = check_random_state(random_state)
+    worst = None
+    for _ in range(n_resamples):
+        drawn = subsample(evaluation_sets, n_evals, random_state=rng, shared=True)
+        distances = model_distances(embedder.transform(drawn), metric=metric)
+        worst = distances if worst is None else np.maximum(worst, distances)
+    return _close_pairs(worst, threshold)
+
+
+def cluster_models(
+    embeddings, n_clusters=None, *, distance_threshold=None, metric="cosine"
+):
+    """Hierarchical clustering of models (average linkage), e.g. into families.
+
+    Give exactly one of ``n_clusters`` and ``distance_threshold``.
+
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_models, embedding_dim)
+    n_clusters : int, default=None
+        Number of clusters to cut the tree into.
+    distance_threshold : float, default=None
+        Cut the tree where clusters are farther apart than this (average distance).
+    metric : {"cosine", "euclidean"}, default="cosine"
+
+    Returns
+    -------
+    labels : ndarray of shape (n_models,), int
+        Cluster of each model, numbered from 0.
+    linkage : ndarray of shape (n_models - 1, 4)
+        The linkage matrix, for :func:`scipy.cluster.hierarchy.dendrogram`.
+
+    Examples
+    --------
+    >>> from sklocus.geometry import cluster_models
+    >>> labels, linkage = cluster_models([[0, 1], [0.1, 1], [1, 0], [1, 0.1]],
+    ...                                  n_clusters=2)
+    >>> labels.tolist(), linkage.shape
+    ([0, 0, 1, 1], (3, 4))
+    """
+    if (n_clusters is None) == (distance_threshold is None):
+        raise ValueError("give exactly one of n_clusters and distance_threshold")
+    distances = model_distances(embeddings, metric=metric)
+    n_models = len(distances)
+    if n_models < 2:
+        raise ValueError("clustering needs at least two models")
+    np.fill_diagonal(distances, 0.0)
+    linkage = hierarchy.linkage(
+        squareform((distances + distances.T) / 2, checks=False), method="average"
+    )
+    if n_clusters is not None:
+        if isinstance(n_clusters, bool) or not isinstance(n_clusters, numbers.Integral):
+            raise ValueError(f"n_clusters={n_clusters!r} must be an integer")
+        if not 1 <= n_clusters <= n_models:
+            raise ValueError(f"n_clusters={n_clusters} must lie in [1, {n_models}]")
+        raw = hierarchy.fcluster(linkage, n_clusters, criterion="maxclust")
+    else:
+        raw = hierarchy.fcluster(
+            linkage, _check_threshold(distance_threshold), criterion="distance"
+        )
+    # Number clusters in order of first appearance, so labels read naturally.
+    _, first = np.unique(raw, return_index=True)
+    order = {cluster: rank for rank, cluster in enumerate(raw[np.sort(first)])}
+    return np.array([order[c] for c in raw]), linkage
+
+
+def profile_evaluation_set(profile, queries_by_benchmark, n=128, random_state=None):
+    """Build a synthetic evaluation set with given success rates per benchmark.
+
+    ``n`` evaluations are spread as evenly as possible over the benchmarks of
+    ``profile``; in each benchmark, queries are drawn without replacement and
+    ``round(accuracy * n_benchmark)`` of them, at random, get score 1.
+
+    Parameters
+    ----------
+    profile : mapping of benchmark to float
+        Desired accuracy on each benchmark, in [0, 1].
+    queries_by_benchmark : mapping of benchmark to sequence
+        The queries available in each benchmark.
+    n : int, default=128
+        Evaluations in the set.
+    random_state : int, RandomState instance or None, default=None
+
+    Returns
+    -------
+    dict
+        ``{query: score}``.
+
+    Examples
+    --------
+    >>> from sklocus.geometry import profile_evaluation_set
+    >>> queries = {"math": [f"m{i}" for i in range(50)],
+    ...            "code": [f"c{i}" for i in range(50)]}
+    >>> evaluations = profile_evaluation_set({"math": 0.25, "code": 1.0}, queries,
+    ...                                      n=40, random_state=0)
+    >>> sum(s for q, s in evaluations.items() if q[0] == "m")
+    5.0
+    """
+    if not isinstance(profile, Mapping) or not profile:
+        raise ValueError("profile must be a non-empty mapping {benchmark: accuracy}")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < len(profile):
+        raise ValueError(
+            f"n={n!r} must be an integer of at least one evaluation per benchmark "
+            f"({len(profile)})"
+        )
+    rng = check_random_state(random_state)
+    shares = np.full(len(profile), n // len(profile))
+    shares[: n % len(profile)] += 1
+    evaluations = {}
+    for (benchmark, accuracy), size in zip(profile.items(), shares):
+        if benchmark not in queries_by_benchmark:
+            raise ValueError(f"benchmark {benchmark!r} has no queries")
+        if not isinstance(accuracy, numbers.Real) or not 0 <= accuracy <= 1:
+            raise ValueError(
+                f"benchmark {benchmark!r} has accuracy {accuracy!r}; expected a "
+                "number in [0, 1]"
+            )
+        queries = list(queries_by_benchmark[benchmark])
+        if size > len(queries):
+            raise ValueError(
+                f"benchmark {benchmark!r} has {len(queries)} queries but the profile "
+                f"needs {size}"
+            )
+        chosen = rng.choice(len(queries), size=size, replace=False)
+        correct = np.zeros(size)
+        correct[rng.permutation(size)[: int(round(accuracy * size))]] = 1.0
+        evaluations.update(
+            (queries[i], float(score)) for i, score in zip(chosen, correct)
+        )
+    return evaluations
+
+
+def search_by_profile(
+    embedder,
+    profile,
+    queries_by_benchmark,
+    embeddings,
+    k=10,
+    *,
+    n=128,
+    metric="cosine",
+    random_state=None,
+):
+    """Find the real models nearest to a desired capability profile.
+
+    Synthesises an evaluation set with the profile's per-benchmark accuracies
+    (:func:`profile_evaluation_set`), embeds it and returns the nearest models.
+
+    Parameters
+    ----------
+    embedder : fitted LocusEmbedder
+    profile : mapping of benchmark to float
+        Desired accuracy on each benchmark.
+    queries_by_benchmark : mapping of benchmark to sequence
+        Queries of each benchmark, understood by the embedder's query encoder.
+    embeddings : array-like of shape (n_models, embedding_dim)
+        The real models.
+    k : int, default=10
+        How many models to return.
+    n : int, default=128
+        Evaluations in the synthetic set.
+    metric : {"cosine", "euclidean"}, default="cosine"
+    random_state : int, RandomState instance or None, default=None
+
+    Returns
+    -------
+    indices : ndarray of shape (k,)
+        The nearest models, nearest first.
+    distances : ndarray of shape (k,)
+    """
+    embeddings = check_embeddings(embeddings)
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"k={k!r} must be a positive integer")
+    evaluations = profile_evaluation_set(profile, queries_by_benchmark, n, random_state)
+    target = embedder.transform([evaluations])
+    distances = model_distances(embeddings, target, metric=metric)[:, 0]
+    order = np.argsort(distances, kind="stable")[:k]
+    return order, distances[order]
+
+
+def disagreement_correlation(embeddings, score_matrix, *, metric="cosine"):
+    """How well embedding distance tracks behavioural disagreement between models.
+
+    For every pair of models with at least one query observed for both, the rate
+    at which their 0/1 scores (``score >= 0.5``) differ on those common queries is
+    set against their embedding distance.
+
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_models, embedding_dim)
+    score_matrix : array-like of shape (n_models, n_queries)
+        Observed scores, NaN where unobserved (see
+        :func:`sklocus.evaluations.to_matrix`).
+    metric : {"cosine", "euclidean"}, default="cosine"
+
+    Returns
+    -------
+    dict
+        ``pearson``, ``spearman`` and ``kendall`` correlation coefficients, and
+        ``n_pairs``, the number of pairs compared.
+    """
+    distances = model_distances(embeddings, metric=metric)
+    scores = np.asarray(score_matrix, dtype=np.float64)
+    if scores.ndim != 2 or len(scores) != len(distances):
+        raise ValueError(
+            f"score_matrix has shape {scores.shape}; expected ({len(distances)}, "
+            "n_queries), one row per model"
+        )
+    observed = ~np.isnan(scores)
+    correct = np.where(observed, scores >= 0.5, False).astype(np.float64)
+    wrong = (observed & ~(scores >= 0.5)).astype(np.float64)
+    common = observed.astype(np.float64) @ observed.T.astype(np.float64)
+    disagreements = correct @ wrong.T + wrong @ correct.T
+    first, second = np.triu_indices(len(distances), k=1)
+    keep = common[first, second] > 0
+    if keep.sum() < 3:
+        raise ValueError("fewer than three model pairs share an observed query")
+    first, second = first[keep], second[keep]
+    rate = disagreements[first, second] / common[first, second]
+    distance = distances[first, second]
+    return {
+        "pearson": float(stats.pearsonr(distance, rate).statistic),
+        "spearman": float(stats.spearmanr(distance, rate).statistic),
+        "kendall": float(stats.kendalltau(distance, rate).statistic),
+        "n_pairs": int(len(rate)),
+    }

@@ -72,10 +72,13 @@ def test_make_evaluations_plants_duplicates(synthetic):
         assert data.families[copy] == data.families[source]
         assert data.params_b[copy] == data.params_b[source]
         assert (
-            np.abs(data.probabilities[copy] - data.probabilities[source]).max() < 0.01
+            np.abs(data.probabilities[copy] - data.probabilities[source]).max() < 0.05
         )
-        # Each copy has its own evaluation subset.
-        assert data.evaluation_sets[copy].keys() != data.evaluation_sets[source].keys()
+        # A copy is evaluated on its original's queries and nearly always agrees.
+        copy_set, source_set = data.evaluation_sets[copy], data.evaluation_sets[source]
+        assert copy_set.keys() == source_set.keys()
+        agreement = np.mean([copy_set[q] == source_set[q] for q in copy_set])
+        assert agreement > 0.97
 
 
 def test_make_evaluations_families_share_behaviour(synthetic):

@@ -45,3 +45,237 @@ def test_nearest_models_excludes_self_and_sorts():
 def test_geometry_errors_name_the_problem(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         call()
+
+
+# -- duplicates, clusters, profiles and correlation on constructed embeddings -------
+
+
+def test_find_duplicates_lists_close_pairs_closest_first():
+    from sklocus.geometry import find_duplicates
+
+    embeddings = np.array(
+        [[0.0, 0.0], [0.0, 0.002], [5.0, 5.0], [5.0, 5.001], [9.0, 0.0]]
+    )
+    pairs = find_duplicates(embeddings, 0.01, metric="euclidean")
+    assert pairs[["first", "second"]].values.tolist() == [[2, 3], [0, 1]]
+    np.testing.assert_allclose(pairs["distance"], [0.001, 0.002], rtol=1e-6)
+    assert find_duplicates(embeddings, 1e-4, metric="euclidean").empty
+    with pytest.raises(ValueError, match="threshold=0 must be a positive number"):
+        find_duplicates(embeddings, 0)
+
+
+class _MeanScoreEmbedder:
+    """Embeds a set by its mean score on even and on odd query ids."""
+
+    def transform(self, evaluation_sets):
+        return np.array(
+            [
+                [
+                    np.mean([s for q, s in e.items() if q % 2 == 0] or [0.5]),
+                    np.mean([s for q, s in e.items() if q % 2 == 1] or [0.5]),
+                ]
+                for e in evaluation_sets
+            ]
+        )
+
+
+def test_stable_duplicates_keeps_pairs_close_in_every_resample():
+    from sklocus.geometry import stable_duplicates
+
+    rng = np.random.default_rng(0)
+    answers = (rng.random(200) < 0.5).astype(float)
+    base = dict(enumerate(answers))
+    copy = dict(base)  # answers exactly like base
+    other = dict(enumerate((rng.random(200) < 0.5).astype(float)))
+    pairs = stable_duplicates(
+        _MeanScoreEmbedder(),
+        [base, other, copy],
+        40,
+        threshold=1e-9,
+        metric="euclidean",
+        random_state=0,
+    )
+    assert pairs[["first", "second"]].values.tolist() == [[0, 2]]
+    assert pairs["distance"].iloc[0] == 0.0
+    with pytest.raises(ValueError, match="n_resamples=0 must be a positive integer"):
+        stable_duplicates(_MeanScoreEmbedder(), [base, copy], 40, n_resamples=0)
+
+
+def test_cluster_models_by_count_and_by_distance():
+    from sklocus.geometry import cluster_models
+
+    rng = np.random.default_rng(0)
+    centres = np.array([[10.0, 0], [0, 10.0], [-10.0, -10.0]])
+    embeddings = np.repeat(centres, 4, axis=0) + 0.1 * rng.normal(size=(12, 2))
+    labels, linkage = cluster_models(embeddings, 3, metric="euclidean")
+    assert labels.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert linkage.shape == (11, 4)
+    by_distance, _ = cluster_models(
+        embeddings, distance_threshold=2.0, metric="euclidean"
+    )
+    np.testing.assert_array_equal(by_distance, labels)
+    with pytest.raises(
+        ValueError, match="give exactly one of n_clusters and distance_threshold"
+    ):
+        cluster_models(embeddings)
+    with pytest.raises(ValueError, match=r"n_clusters=13 must lie in \[1, 12\]"):
+        cluster_models(embeddings, 13)
+
+
+def test_profile_evaluation_set_matches_the_rates():
+    from sklocus.geometry import profile_evaluation_set
+
+    queries = {
+        "math": [f"m{i}" for i in range(100)],
+        "code": [f"c{i}" for i in range(100)],
+        "chat": [f"t{i}" for i in range(100)],
+    }
+    profile = {"math": 0.3, "code": 0.9, "chat": 0.5}
+    evaluations = profile_evaluation_set(profile, queries, n=101, random_state=1)
+    assert len(evaluations) == 101
+    for benchmark, prefix, size in (
+        ("math", "m", 34),
+        ("code", "c", 34),
+        ("chat", "t", 33),
+    ):
+        scores = [s for q, s in evaluations.items() if q[0] == prefix]
+        assert len(scores) == size
+        assert sum(scores) == round(profile[benchmark] * size)
+    with pytest.raises(ValueError, match="benchmark 'law' has no queries"):
+        profile_evaluation_set({"law": 0.5}, queries)
+    with pytest.raises(ValueError, match="benchmark 'math' has accuracy 1.5"):
+        profile_evaluation_set({"math": 1.5}, queries)
+    with pytest.raises(ValueError, match="has 100 queries but the profile needs 128"):
+        profile_evaluation_set({"math": 0.5}, queries, n=128)
+
+
+def test_disagreement_correlation_on_constructed_models():
+    from sklocus.geometry import disagreement_correlation
+
+    rng = np.random.default_rng(0)
+    base = (rng.random(400) < 0.5).astype(float)
+    flips = [0, 10, 40, 80, 160, 200]
+    scores = np.array([np.where(np.arange(400) < f, 1 - base, base) for f in flips])
+    scores[1, :50] = np.nan  # unobserved scores are left out
+    embeddings = np.array(flips, dtype=float)[:, None] * np.array([[1.0, 0.0]]) + [
+        [0, 1]
+    ]
+    result = disagreement_correlation(embeddings, scores, metric="euclidean")
+    assert result["n_pairs"] == 15
+    assert (
+        result["spearman"] > 0.95
+        and result["pearson"] > 0.95
+        and result["kendall"] > 0.85
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"score_matrix has shape \(5, 400\); expected \(6, n_queries\)",
+    ):
+        disagreement_correlation(embeddings, scores[:5])
+
+
+# -- ground truth of make_evaluations, through a trained embedder ---------------------
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from sklocus import LocusEmbedder
+    from sklocus.datasets import make_evaluations
+
+    data = make_evaluations(random_state=0)
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder,
+        embedding_dim=32,
+        n_layers=0,
+        n_heads=2,
+        predictor_hidden=32,
+        batch_size=8,
+        lr=1e-3,
+        predictor_lr=2e-3,
+        validation_fraction=None,
+        max_epochs=200,
+        random_state=0,
+    ).fit(data.evaluation_sets)
+    return data, embedder, embedder.transform(data.evaluation_sets)
+
+
+def _precision_recall(pairs, planted):
+    found = set(zip(pairs["first"].tolist(), pairs["second"].tolist()))
+    precision = len(found & planted) / max(len(found), 1)
+    return precision, len(found & planted) / len(planted)
+
+
+def test_stable_duplicates_recover_the_planted_duplicates(embedded):
+    from sklocus.geometry import stable_duplicates
+
+    data, embedder, _ = embedded
+    planted = {
+        tuple(sorted((int(i), int(data.duplicate_of[i]))))
+        for i in np.flatnonzero(data.duplicate_of >= 0)
+    }
+    pairs = stable_duplicates(
+        embedder,
+        data.evaluation_sets,
+        128,
+        threshold=0.22,
+        metric="euclidean",
+        random_state=0,
+    )
+    precision, recall = _precision_recall(pairs, planted)
+    # Measured 1.0 and 1.0 (docs/geometry.md); the margin on either side of the
+    # threshold is about 15%, so assert a little below.
+    assert recall == 1.0
+    assert precision >= 0.9
+
+
+def test_clusters_recover_the_families(embedded):
+    from sklearn.metrics import adjusted_rand_score
+
+    from sklocus.geometry import cluster_models
+
+    data, _, embeddings = embedded
+    labels, _ = cluster_models(embeddings, n_clusters=8, metric="euclidean")
+    assert adjusted_rand_score(data.families, labels) > 0.5  # chance is 0
+
+
+def test_search_by_profile_finds_models_with_that_profile(embedded):
+    from sklocus.geometry import search_by_profile
+
+    data, embedder, embeddings = embedded
+    queries_by_benchmark = {
+        b: [q for q, qb in zip(data.query_ids, data.benchmarks) if qb == b]
+        for b in range(5)
+    }
+    truth = np.stack(
+        [data.probabilities[:, data.benchmarks == b].mean(axis=1) for b in range(5)],
+        axis=1,
+    )
+    found_error, typical_error = [], []
+    for target in range(0, 100, 7):
+        profile = {b: float(truth[target, b]) for b in range(5)}
+        indices, distances = search_by_profile(
+            embedder,
+            profile,
+            queries_by_benchmark,
+            embeddings,
+            k=5,
+            n=256,
+            metric="euclidean",
+            random_state=0,
+        )
+        assert indices.shape == (5,) and np.all(np.diff(distances) >= 0)
+        found_error.append(np.abs(truth[indices] - truth[target]).mean())
+        typical_error.append(np.abs(truth - truth[target]).mean())
+    assert np.mean(found_error) < 0.08
+    assert np.mean(found_error) < 0.4 * np.mean(typical_error)
+
+
+def test_distance_tracks_disagreement(embedded):
+    from sklocus.evaluations import to_matrix
+    from sklocus.geometry import disagreement_correlation
+
+    data, _, embeddings = embedded
+    scores, _ = to_matrix(data.evaluation_sets, queries=data.query_ids)
+    for metric in ("cosine", "euclidean"):
+        result = disagreement_correlation(embeddings, scores, metric=metric)
+        assert result["spearman"] > 0.4, (metric, result)

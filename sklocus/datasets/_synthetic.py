@@ -63,10 +63,16 @@ def make_evaluations(
     encodings. Each query has item parameters of a multidimensional logistic (IRT)
     model, mostly determined by its vector: a discrimination vector over ``n_skills``
     latent skills and a difficulty. Models belong to families that share a skill
-    profile and a parameter count; a fraction of the models are near-duplicates of
-    others (skills equal to 1e-3). A model answers a query correctly with probability
-    ``sigmoid(discrimination . skills / sqrt(n_skills) + ability - difficulty)``, and
+    profile and a parameter count. A model answers a query correctly with probability
+    ``sigmoid(discrimination . skills / sqrt(n_skills) + ability - difficulty)`` and
     is evaluated on its own random subset of the queries.
+
+    A fraction of the models are near-duplicates of others, like a model re-uploaded
+    under another name or merged with a trace of another: their skills equal the
+    original's to within 1e-2, they are evaluated on the same queries, and since
+    their answers share the original's randomness (common random numbers) they
+    differ from its answers only where their probabilities straddle it, on well
+    under 1% of the queries.
 
     Parameters
     ----------
@@ -151,17 +157,17 @@ def make_evaluations(
     # Models: families share a skill profile and a size; duplicates copy a model.
     n_duplicates = int(round(duplicate_fraction * n_models))
     n_originals = n_models - n_duplicates
-    family_skills = rng.normal(size=(n_families, n_skills))
+    family_skills = 1.3 * rng.normal(size=(n_families, n_skills))
     family_sizes = rng.choice(_FAMILY_SIZES_B, size=n_families)
-    family_ability = 0.4 * rng.normal(size=n_families) + 0.3 * np.log(family_sizes)
+    family_ability = 0.3 * rng.normal(size=n_families) + 0.15 * np.log(family_sizes)
     family_ability -= family_ability.mean()
     families = rng.permutation(np.arange(n_originals) % n_families)
-    skills = family_skills[families] + 0.35 * rng.normal(size=(n_originals, n_skills))
-    ability = family_ability[families] + 0.3 * rng.normal(size=n_originals)
+    skills = family_skills[families] + 0.25 * rng.normal(size=(n_originals, n_skills))
+    ability = family_ability[families] + 0.2 * rng.normal(size=n_originals)
     params_b = family_sizes[families] * rng.choice([1.0, 1.0, 1.0, 1.05], n_originals)
 
     sources = rng.randint(n_originals, size=n_duplicates)
-    copies = skills[sources] + 1e-3 * rng.normal(size=(n_duplicates, n_skills))
+    copies = skills[sources] + 1e-2 * rng.normal(size=(n_duplicates, n_skills))
     skills = np.vstack([skills, copies])
     ability = np.concatenate([ability, ability[sources]])
     families = np.concatenate([families, families[sources]])
@@ -184,15 +190,25 @@ def make_evaluations(
 
     query_ids = [f"q{j:05d}" for j in range(n_queries)]
     model_names = [f"model-{i:04d}" for i in range(n_models)]
-    evaluation_sets = []
-    for i in range(n_models):
-        chosen = np.sort(rng.choice(n_queries, size=sizes[i], replace=False))
-        scores = (rng.random_sample(sizes[i]) < probabilities[i, chosen]).astype(
-            np.float64
+    # Originals draw their queries and the randomness of their answers; a
+    # duplicate reuses its original's.
+    uniforms = rng.random_sample((n_models, n_queries))
+    chosen = [None] * n_models
+    for i in np.flatnonzero(duplicate_of < 0):
+        chosen[i] = np.sort(rng.choice(n_queries, size=sizes[i], replace=False))
+    for i in np.flatnonzero(duplicate_of >= 0):
+        chosen[i] = chosen[duplicate_of[i]]
+        uniforms[i] = uniforms[duplicate_of[i]]
+    correct = uniforms < probabilities
+    evaluation_sets = [
+        dict(
+            zip(
+                [query_ids[j] for j in chosen[i]],
+                correct[i, chosen[i]].astype(np.float64).tolist(),
+            )
         )
-        evaluation_sets.append(
-            dict(zip([query_ids[j] for j in chosen], scores.tolist()))
-        )
+        for i in range(n_models)
+    ]
 
     query_vectors = vectors.astype(np.float32)
     return Bunch(
