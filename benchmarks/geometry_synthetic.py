@@ -160,7 +160,8 @@ def write(rows, out):
     lines = [
         "# Geometry on synthetic ground truth",
         "",
-        "Written by `python benchmarks/geometry_synthetic.py`; every figure below comes",
+        "Written by `python benchmarks/geometry_synthetic.py`; every figure below",
+        "comes",
         "from that script. Data: `make_evaluations(random_state=seed)` (100 models, 10",
         "planted near-duplicates, 8 families, 256 evaluations each). Precision (P) and",
         "recall (R) are at the threshold that best separates planted duplicates; the",
