@@ -50,6 +50,7 @@ CONFIGS = {
         predictor_lr=2e-3,
         validation_fraction=None,
         max_epochs=200,
+        epoch_size=1,
     ),
     "LocusEmbedder defaults": dict(),
 }

@@ -11,6 +11,7 @@ import numpy as np
 from sklocus._embedder import LocusEmbedder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
+from sklocus.geometry import nearest_models
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 
@@ -23,11 +24,6 @@ def _split_sets(evaluation_sets, train_queries):
     return train, test
 
 
-def _cosine_distances(embeddings):
-    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
-    return 1.0 - unit @ unit.T
-
-
 def _relation(data, i, j):
     """Ground truth about models ``i`` and ``j``, for the report."""
     if data.duplicate_of[i] == j or data.duplicate_of[j] == i:
@@ -37,7 +33,7 @@ def _relation(data, i, j):
     return ""
 
 
-def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.stdout):
+def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=14, seed=0, out=sys.stdout):
     """Train on synthetic models, onboard new ones, and report how well it works.
 
     Parameters
@@ -48,7 +44,7 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.
         Models held out of training and onboarded with one forward pass.
     n_queries : int, default=1500
         Queries generated; a fifth are test queries never used to embed.
-    max_epochs : int, default=80
+    max_epochs : int, default=14
         Training epochs (early stopping may end sooner).
     seed : int, default=0
         Seeds the data and the training.
@@ -121,16 +117,13 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=80, seed=0, out=sys.
         "",
         "Nearest neighbours of a few new models (cosine distance; ground truth in []):",
     )
-    all_embeddings = embedder.transform(train_sets)
-    distances = _cosine_distances(all_embeddings)
-    np.fill_diagonal(distances, np.inf)
+    neighbours, distances = nearest_models(embedder.transform(train_sets), k=3)
     shown = [i for i in new if data.duplicate_of[i] >= 0][:2]
     shown += [i for i in new if i not in shown][: 4 - len(shown)]
     for i in shown:
-        neighbours = np.argsort(distances[i])[:3]
         described = ", ".join(
-            f"{data.model_names[j]} {distances[i, j]:.4f}{_relation(data, i, j)}"
-            for j in neighbours
+            f"{data.model_names[j]} {distance:.4f}{_relation(data, i, j)}"
+            for j, distance in zip(neighbours[i], distances[i])
         )
         say(f"  {data.model_names[i]}: {described}")
 
@@ -143,7 +136,7 @@ def main(argv=None):
         "demo", help="train, onboard and evaluate on built-in data"
     )
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--epochs", type=int, default=80, help="most training epochs")
+    run.add_argument("--epochs", type=int, default=14, help="most training epochs")
     arguments = parser.parse_args(argv)
     if arguments.command == "demo":
         demo(max_epochs=arguments.epochs, seed=arguments.seed)

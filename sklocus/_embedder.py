@@ -30,6 +30,7 @@ from sklocus.nn.training import (
     ModelSplit,
     QueryNoiseSchedule,
     SetCollator,
+    draws_per_model,
 )
 
 # Inference batches: at most this many (set x evaluation) tokens and sets at once.
@@ -92,7 +93,11 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     decoder_size : int, default=64
         Evaluations of each model used as targets at each training step.
     max_epochs : int, default=100
-        Training epochs; an epoch draws every training model once.
+        Most training epochs.
+    epoch_size : int, default=1024
+        Least number of model draws in an epoch: every training model is drawn
+        once, or several times when the pool is smaller than this (each draw takes
+        a fresh subset, so a small pool still gets that many distinct examples).
     batch_size : int, default=32
         Models per training step.
     lr : float, default=2e-4
@@ -154,6 +159,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "encoder_sizes": [tuple],
         "decoder_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
+        "epoch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "lr": [Interval(numbers.Real, 0, None, closed="neither")],
         "predictor_lr": [Interval(numbers.Real, 0, None, closed="neither")],
@@ -180,6 +186,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         encoder_sizes=(8, 512),
         decoder_size=64,
         max_epochs=100,
+        epoch_size=1024,
         batch_size=32,
         lr=2e-4,
         predictor_lr=8e-4,
@@ -202,6 +209,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.encoder_sizes = encoder_sizes
         self.decoder_size = decoder_size
         self.max_epochs = max_epochs
+        self.epoch_size = epoch_size
         self.batch_size = batch_size
         self.lr = lr
         self.predictor_lr = predictor_lr
@@ -270,7 +278,8 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         with torch.random.fork_rng(devices=self._rng_devices()):
             torch.manual_seed(seed)
             self.net_ = self._build_net(ragged, vectors, seed)
-            self.net_.fit(ModelSetDataset(np.arange(ragged.n_sets)), y=None)
+            draws = draws_per_model(ragged.n_sets, self.epoch_size)
+            self.net_.fit(ModelSetDataset(np.arange(ragged.n_sets), draws), y=None)
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()
@@ -288,7 +297,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         callbacks = [("query_noise", QueryNoiseSchedule(*self.query_noise))]
         train_split = None
         if self.validation_fraction is not None and ragged.n_sets >= 4:
-            train_split = ModelSplit(self.validation_fraction, seed)
+            train_split = ModelSplit(
+                self.validation_fraction, seed, epoch_size=self.epoch_size
+            )
             callbacks.append(
                 (
                     "early_stopping",

@@ -35,6 +35,7 @@ TINY = dict(
     predictor_hidden=16,
     encoder_sizes=(8, 64),
     max_epochs=3,
+    epoch_size=1,
     batch_size=16,
     random_state=0,
 )
@@ -84,6 +85,7 @@ def trained():
         predictor_hidden=32,
         encoder_sizes=(8, 512),
         max_epochs=30,
+        epoch_size=1,
         batch_size=8,
         lr=1e-3,
         predictor_lr=2e-3,

@@ -194,6 +194,7 @@ def embedded():
         predictor_lr=2e-3,
         validation_fraction=None,
         max_epochs=200,
+        epoch_size=1,
         random_state=0,
     ).fit(data.evaluation_sets)
     return data, embedder, embedder.transform(data.evaluation_sets)

@@ -22,6 +22,7 @@ SMALL = dict(
     n_heads=2,
     predictor_hidden=32,
     batch_size=4,
+    epoch_size=1,
     lr=1e-3,
     predictor_lr=2e-3,
     validation_fraction=None,

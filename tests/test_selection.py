@@ -194,6 +194,7 @@ def test_pipelines_after_the_embedder_and_metadata_routing():
         n_layers=1,
         n_heads=2,
         max_epochs=1,
+        epoch_size=1,
         random_state=0,
     )
     pipeline = make_pipeline(

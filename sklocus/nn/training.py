@@ -42,6 +42,16 @@ class ModelSetDataset(Dataset):
         return int(self.models[i % len(self.models)]), i // len(self.models)
 
 
+def draws_per_model(n_models, epoch_size):
+    """Draws of each model per epoch, so that an epoch has ``epoch_size`` or more.
+
+    Every draw takes a fresh encoder subset and decoder batch, so drawing a model
+    several times in an epoch is new data, not repetition; it keeps an epoch (and
+    so early stopping's patience) a similar number of steps whatever the pool size.
+    """
+    return max(1, -(-epoch_size // n_models))
+
+
 class SetCollator:
     """Split each model of a batch into encoder subset and decoder batch, and pad.
 
@@ -157,19 +167,24 @@ class ModelSplit:
         Seeds the choice of models.
     draws : int, default=4
         Fixed splits of each validation model, averaged in the validation loss.
+    epoch_size : int, default=1
+        Least number of model draws in a training epoch (see
+        :func:`draws_per_model`).
     """
 
-    def __init__(self, fraction, seed, draws=4):
+    def __init__(self, fraction, seed, draws=4, epoch_size=1):
         self.fraction = fraction
         self.seed = seed
         self.draws = draws
+        self.epoch_size = epoch_size
 
     def __call__(self, dataset, y=None, **fit_params):
         """Split a :class:`ModelSetDataset` into training and validation models."""
         models = np.random.default_rng(self.seed).permutation(dataset.models)
         n_valid = max(1, int(round(self.fraction * len(models))))
         valid, train = np.sort(models[:n_valid]), np.sort(models[n_valid:])
-        return ModelSetDataset(train), ModelSetDataset(valid, draws=self.draws)
+        training = ModelSetDataset(train, draws_per_model(len(train), self.epoch_size))
+        return training, ModelSetDataset(valid, draws=self.draws)
 
 
 class QueryNoiseSchedule(Callback):
