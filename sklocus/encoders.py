@@ -67,7 +67,18 @@ def as_query_list(queries) -> list:
         ) from None
 
 
-class SentenceEncoder(TransformerMixin, BaseEstimator):
+class _QueryEncoder(TransformerMixin, BaseEstimator):
+    """What query encoders share: 1-D input of queries, no fitting needed."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+
+class SentenceEncoder(_QueryEncoder):
     """Encode query texts with a sentence-transformers model.
 
     Each distinct text is encoded once: encodings are kept in memory, and on disk
@@ -128,13 +139,6 @@ class SentenceEncoder(TransformerMixin, BaseEstimator):
         self.cache_dir = cache_dir
         self.show_progress = show_progress
         self.texts = texts
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = False
-        tags.input_tags.two_d_array = False
-        tags.input_tags.string = True
-        return tags
 
     def fit(self, X=None, y=None):
         """Do nothing: the encoder is pre-trained.
@@ -296,7 +300,7 @@ class SentenceEncoder(TransformerMixin, BaseEstimator):
             )
 
 
-class PrecomputedEncoder(TransformerMixin, BaseEstimator):
+class PrecomputedEncoder(_QueryEncoder):
     """Look up encodings the user already has.
 
     Parameters
@@ -320,13 +324,6 @@ class PrecomputedEncoder(TransformerMixin, BaseEstimator):
     def __init__(self, queries, vectors):
         self.queries = queries
         self.vectors = vectors
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.requires_fit = False
-        tags.input_tags.two_d_array = False
-        tags.input_tags.string = True
-        return tags
 
     def fit(self, X=None, y=None):
         """Check the lookup table and return ``self``.
