@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import ast
 import time
 from pathlib import Path
 
@@ -89,7 +90,18 @@ def main():
     parser.add_argument("--max-epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="docs/results.md")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="LocusEmbedder parameters to change, e.g. --set n_layers=0 lr=1e-3",
+    )
     arguments = parser.parse_args()
+    overrides = {
+        name: ast.literal_eval(value)
+        for name, value in (item.split("=", 1) for item in arguments.set)
+    }
 
     data = load_evaluations(arguments.data, encoder=arguments.encoder)
     training_sets, pool_train, pool_test, test_ids = split_data(data, arguments.seed)
@@ -101,6 +113,7 @@ def main():
         max_epochs=arguments.max_epochs,
         random_state=arguments.seed,
         verbose=1,
+        **overrides,
     ).fit(training_sets)
     fit_seconds = time.perf_counter() - start
 
@@ -140,7 +153,8 @@ def main():
         f"{arguments.seed}), {arguments.encoder} encodings, 269 test queries. The",
         f"encoder was trained on {len(training_sets)} other models' train-query",
         f"evaluations for at most {arguments.max_epochs} epochs "
-        f"({len(embedder.history_)} run, {fit_seconds:.0f} s on this machine).",
+        f"({len(embedder.history_)} run, {fit_seconds:.0f} s on this machine),",
+        f"parameters changed from the defaults: {overrides or 'none'}.",
         f"Oracle routing: {oracle:.3f}. One seed only: a routing figure has a",
         "standard error of about 2 points.",
         "",
