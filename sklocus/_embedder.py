@@ -114,6 +114,10 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     validation_fraction : float or None, default=0.1
         Fraction of the *models* held out for early stopping on their loss. ``None``
         trains for ``max_epochs`` with no held-out models.
+    validation_queries : float, default=0.1
+        Fraction of the *queries* kept out of training when models are held out:
+        the validation loss is then that of held-out models on held-out queries,
+        the situation of onboarding. 0 validates on training queries.
     patience : int, default=10
         Epochs without improvement of the validation loss before training stops.
     device : str, default="auto"
@@ -167,6 +171,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "dropout": [Interval(numbers.Real, 0, 1, closed="left")],
         "query_noise": [tuple],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither"), None],
+        "validation_queries": [Interval(numbers.Real, 0, 1, closed="left")],
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -194,6 +199,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         dropout=0.1,
         query_noise=(0.10, 0.05),
         validation_fraction=0.1,
+        validation_queries=0.1,
         patience=10,
         device="auto",
         random_state=None,
@@ -217,6 +223,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.dropout = dropout
         self.query_noise = query_noise
         self.validation_fraction = validation_fraction
+        self.validation_queries = validation_queries
         self.patience = patience
         self.device = device
         self.random_state = random_state
@@ -312,6 +319,13 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             callbacks.append(("progress_bar", ProgressBar()))
         callbacks.extend(self.callbacks or [])
         sampling = (ragged, vectors, self.encoder_sizes, self.decoder_size, seed)
+        query_mask = None
+        if train_split is not None and self.validation_queries > 0:
+            n_queries = len(ragged.queries)
+            n_held = int(round(self.validation_queries * n_queries))
+            query_mask = np.ones(n_queries, dtype=bool)
+            rng = np.random.default_rng((seed, 1))
+            query_mask[rng.choice(n_queries, size=n_held, replace=False)] = False
         return NeuralNet(
             module=LocusNetwork,
             module__query_dim=vectors.shape[1],
@@ -329,8 +343,10 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             max_epochs=self.max_epochs,
             batch_size=self.batch_size,
             iterator_train__shuffle=True,
-            iterator_train__collate_fn=SetCollator(*sampling),
-            iterator_valid__collate_fn=SetCollator(*sampling, fixed=True),
+            iterator_train__collate_fn=SetCollator(*sampling, query_mask=query_mask),
+            iterator_valid__collate_fn=SetCollator(
+                *sampling, fixed=True, query_mask=query_mask
+            ),
             train_split=train_split,
             callbacks=callbacks,
             predict_nonlinearity=None,

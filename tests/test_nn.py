@@ -176,3 +176,33 @@ def test_pad_and_size_buckets():
     batches = size_buckets(sizes, max_tokens=12, max_sets=2)
     assert [b.tolist() for b in batches] == [[1, 4], [0, 3], [2]]
     assert sorted(np.concatenate(batches).tolist()) == list(range(5))
+
+
+def test_collator_keeps_validation_queries_out_of_training():
+    from sklocus.evaluations import check_evaluation_sets
+    from sklocus.nn.training import SetCollator
+
+    sets = [{f"q{j}": float(j % 2) for j in range(40)} for _ in range(3)]
+    ragged = check_evaluation_sets(sets)
+    vectors = np.eye(40, dtype=np.float32)  # row j identifies query code j
+    query_mask = np.ones(40, dtype=bool)
+    query_mask[[3, 7, 11]] = False
+    common = (ragged, vectors, (4, 16), 8, 0)
+    training = SetCollator(*common, query_mask=query_mask)
+    for _ in range(5):
+        inputs, targets = training([(0, 0), (1, 0), (2, 0)])
+        used = inputs["encoder_vectors"][inputs["encoder_mask"]].argmax(-1)
+        assert not set(used.tolist()) & {3, 7, 11}
+        decoded = inputs["decoder_vectors"][~torch.isnan(targets)].argmax(-1)
+        assert not set(decoded.tolist()) & {3, 7, 11}
+    validation = SetCollator(*common, fixed=True, query_mask=query_mask)
+    inputs, targets = validation([(0, 0), (1, 1)])
+    used = inputs["encoder_vectors"][inputs["encoder_mask"]].argmax(-1)
+    assert not set(used.tolist()) & {3, 7, 11}
+    for row in range(2):
+        decoded = inputs["decoder_vectors"][row][~torch.isnan(targets[row])].argmax(-1)
+        assert sorted(decoded.tolist()) == [3, 7, 11]
+    again, _ = validation([(1, 1), (0, 0)])
+    torch.testing.assert_close(
+        again["encoder_vectors"][1], inputs["encoder_vectors"][0]
+    )

@@ -79,10 +79,22 @@ class SetCollator:
         Give each (model, draw) the same split at every call, whatever its batch,
         with every evaluation left out of the encoder subset as a target (for
         validation).
+    query_mask : ndarray of bool, shape (n_queries,), default=None
+        Training queries (``True``) and validation queries (``False``). Training
+        draws use training queries only; a validation draw embeds a model from its
+        training queries and predicts all its validation queries, so the validation
+        loss measures what onboarding needs: new models on new queries.
     """
 
     def __init__(
-        self, ragged, query_vectors, encoder_sizes, decoder_size, seed, fixed=False
+        self,
+        ragged,
+        query_vectors,
+        encoder_sizes,
+        decoder_size,
+        seed,
+        fixed=False,
+        query_mask=None,
     ):
         self.ragged = ragged
         self.query_vectors = torch.as_tensor(query_vectors)
@@ -90,6 +102,7 @@ class SetCollator:
         self.decoder_size = decoder_size
         self.seed = seed
         self.fixed = fixed
+        self.query_mask = query_mask
         self.rng = np.random.default_rng(seed)
 
     def _draw_size(self, rng):
@@ -99,6 +112,15 @@ class SetCollator:
     def _split(self, model, size, rng, n_targets):
         codes = self.ragged.set_codes(model)
         scores = self.ragged.set_scores(model)
+        if self.query_mask is not None:
+            usable = self.query_mask[codes]
+            if self.fixed and usable.any() and not usable.all():
+                inputs, targets = np.flatnonzero(usable), np.flatnonzero(~usable)
+                size = min(max(size, self.encoder_sizes[0]), self.encoder_sizes[1])
+                inputs = rng.permutation(inputs)[:size]
+                return codes[inputs], scores[inputs], codes[targets], scores[targets]
+            if not self.fixed and usable.any():
+                codes, scores = codes[usable], scores[usable]
         n = len(codes)
         if n == 1:  # nothing to hold out: the one evaluation is input and target
             return codes, scores, codes, scores
