@@ -20,7 +20,7 @@ from skorch.callbacks import EarlyStopping, ProgressBar
 
 from sklocus._device import resolve_device
 from sklocus.encoders import SentenceEncoder, check_query_encoder
-from sklocus.evaluations import check_evaluation_sets
+from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
 from sklocus.metrics import correctness_accuracy
 from sklocus.nn.batching import pad, size_buckets
 from sklocus.nn.network import LocusNetwork
@@ -489,7 +489,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         check_is_fitted(self, "net_")
         ragged = check_evaluation_sets(X)
         vectors = self._encode(ragged.queries)
-        kept_sets, held_codes, held_scores = [], [], []
+        kept_codes, kept_scores, held_codes, held_scores = [], [], [], []
         for i in range(ragged.n_sets):
             codes, scores = ragged.set_codes(i), ragged.set_scores(i)
             if len(codes) < 2:
@@ -497,17 +497,24 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             n_held = max(1, int(round(_SCORE_HOLDOUT * len(codes))))
             order = np.random.default_rng(len(codes)).permutation(len(codes))
             held, kept = order[:n_held], order[n_held:]
-            kept_sets.append(dict(zip(codes[kept].tolist(), scores[kept].tolist())))
+            kept_codes.append(codes[kept])
+            kept_scores.append(scores[kept])
             held_codes.append(codes[held])
             held_scores.append(scores[held])
-        if not kept_sets:
+        if not kept_codes:
             raise ValueError(
                 "every evaluation set has a single evaluation; score needs sets of at "
                 "least two to hold one out"
             )
-        # The kept parts are keyed by query code; embed them against the same table.
-        kept = check_evaluation_sets(kept_sets)
-        z = self._embed(kept, vectors[np.asarray(kept.queries, dtype=np.int64)])
+        offsets = np.zeros(len(kept_codes) + 1, dtype=np.int64)
+        np.cumsum([len(codes) for codes in kept_codes], out=offsets[1:])
+        kept = RaggedEvaluations(
+            queries=ragged.queries,
+            query_codes=np.concatenate(kept_codes),
+            scores=np.concatenate(kept_scores),
+            offsets=offsets,
+        )
+        z = self._embed(kept, vectors)
         probabilities = self._predict_own(z, held_codes, vectors)
         return correctness_accuracy(
             np.concatenate(held_scores)[None], np.concatenate(probabilities)[None]
