@@ -1,15 +1,25 @@
-"""LOCUS against simple baselines on the Open LLM Leaderboard data (onboarding).
+"""LOCUS against baselines on the Open LLM Leaderboard data (issue 6).
 
-A first cut of the issue-6 benchmark: the onboarding setting only, three of the
-baselines, one pool. The encoder is trained on the train-query evaluations of every
-model outside a pool of 112 fully observed dense models; the pool's models are then
-embedded by one forward pass from ``n`` of their train-query evaluations, and every
-method predicts their scores on the 269 test queries, which no embedding sees.
+One command reruns everything and writes ``docs/results.md`` with its plots::
 
-Usage::
+    python benchmarks/openllm.py ../shared/data/openllm [--seeds 0 1]
+        [--settings onboarding pool] [--out docs/results.md] [--set name=value ...]
 
-    python benchmarks/openllm.py ../shared/data/openllm [--max-epochs 10]
-        [--n 64 128 256] [--seed 0] [--out docs/results.md]
+Protocol (METHOD.md): queries are split into train (806) and test (269) by the
+data's fixed ``split``; embeddings and baseline fits only ever see train-query
+evaluations; every metric is on test queries. For each seed, a pool of 112 fully
+observed dense (non-MoE) models is drawn.
+
+- *onboarding*: ``LocusEmbedder`` (defaults, ``random_state=seed``) is fitted on the
+  train-query evaluations of every model outside the pool, partially observed ones
+  included; the pool's models are then embedded by one forward pass from ``n`` of
+  their train-query evaluations, with no retraining.
+- *pool*: the same, but the fit also sees the pool's models (all their train
+  queries); the pool is then embedded from ``n`` evaluations.
+
+The factor baselines (MF, IRT) are fitted on the same training rows as LOCUS and
+fit each pool model's factors on its ``n`` evaluations. The geometry, stability and
+query-set sections use the onboarding embedder of the first seed.
 """
 
 from __future__ import annotations
@@ -20,149 +30,335 @@ import time
 from pathlib import Path
 
 import numpy as np
+import openllm_baselines as baselines
+import openllm_report as report
 
-from sklocus import LocusEmbedder
+from sklocus import KCenterSelector, KMedoidsSelector, LocusEmbedder
+from sklocus._selection import CoverageGreedySelector
 from sklocus.datasets import load_evaluations
 from sklocus.evaluations import subsample, to_matrix
+from sklocus.geometry import disagreement_correlation, find_duplicates, nearest_models
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 POOL_SIZE = 112
+SAMPLE_SIZES = (16, 32, 64, 128, 256, 512, 806)
+TABLE_SIZES = (64, 128, 256, 512)
+PORTFOLIO_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 112)
+# Budgets of coverage-greedy, in billions of parameters.
+PORTFOLIO_BUDGETS = (7, 15, 30, 60, 120, 250, 500)
+
+LOCUS = "LOCUS"
+LABEL_FREE = (
+    "overall accuracy",
+    "k-nearest queries (k=10)",
+    "MF (dim 16)",
+    "IRT (2PL)",
+)
+METHODS = (LOCUS, *LABEL_FREE, "per-subject accuracy (labels)")
 
 
-def split_data(data, seed):
-    """Pool of fully observed dense models, the other models, train/test queries."""
-    queries = data.queries
-    train_ids = set(queries.loc[queries["split"] == "train", "query_id"])
-    test_ids = list(queries.loc[queries["split"] == "test", "query_id"])
-    sizes = np.array([len(s) for s in data.evaluation_sets])
-    dense = ~data.models["moe"].fillna(False).to_numpy(dtype=bool)
-    candidates = np.flatnonzero((sizes == len(queries)) & dense)
-    pool = np.sort(
-        np.random.default_rng(seed).choice(candidates, POOL_SIZE, replace=False)
+class OpenLLM:
+    """The shared data as matrices over train and test queries."""
+
+    def __init__(self, folder, encoder):
+        data = load_evaluations(folder, encoder=encoder)
+        queries = data.queries
+        self.names = list(data.models["model"])
+        self.train_ids = list(queries.loc[queries["split"] == "train", "query_id"])
+        self.test_ids = list(queries.loc[queries["split"] == "test", "query_id"])
+        subject = dict(zip(queries["query_id"], queries["subject"]))
+        self.train_subjects = np.array([subject[q] for q in self.train_ids])
+        self.test_subjects = np.array([subject[q] for q in self.test_ids])
+        self.encoder = data.encoder
+        self.train_vectors = data.encoder.transform(self.train_ids)
+        self.test_vectors = data.encoder.transform(self.test_ids)
+        self.train_matrix, _ = to_matrix(data.evaluation_sets, queries=self.train_ids)
+        self.test_matrix, _ = to_matrix(data.evaluation_sets, queries=self.test_ids)
+        train = set(self.train_ids)
+        self.train_sets = [
+            {q: s for q, s in evaluations.items() if q in train}
+            for evaluations in data.evaluation_sets
+        ]
+        sizes = np.array([len(s) for s in data.evaluation_sets])
+        self.fully_observed = sizes == len(queries)
+        self.dense = ~data.models["moe"].fillna(False).to_numpy(dtype=bool)
+        self.params_b = data.models["params_b"].to_numpy(dtype=float)
+
+    def draw_pool(self, seed):
+        candidates = np.flatnonzero(self.fully_observed & self.dense)
+        rng = np.random.default_rng(seed)
+        return np.sort(rng.choice(candidates, POOL_SIZE, replace=False))
+
+    def sets(self, models):
+        """Train-query evaluation sets of ``models``, empty ones dropped."""
+        return [self.train_sets[i] for i in models if self.train_sets[i]]
+
+
+def fit_embedder(data, models, seed, overrides):
+    start = time.perf_counter()
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder, random_state=seed, **overrides
+    ).fit(data.sets(models))
+    seconds = time.perf_counter() - start
+    print(f"  LOCUS fit on {len(models)} models: {seconds:.0f} s", flush=True)
+    return embedder, seconds
+
+
+def predict_all(data, embedder, factor_models, drawn):
+    """Every method's P(correct) of the drawn pool models on the test queries."""
+    observed, _ = to_matrix(drawn, queries=data.train_ids)
+    z = embedder.transform(drawn)
+    return {
+        LOCUS: embedder.predict_correctness(z, data.test_ids),
+        "overall accuracy": baselines.overall_accuracy(observed, len(data.test_ids)),
+        "k-nearest queries (k=10)": baselines.nearest_queries(
+            observed, data.train_vectors, data.test_vectors
+        ),
+        "MF (dim 16)": factor_models["mf"].predict(
+            observed, data.train_vectors, data.test_vectors
+        ),
+        "IRT (2PL)": factor_models["irt"].predict(
+            observed, data.train_vectors, data.test_vectors
+        ),
+        "per-subject accuracy (labels)": baselines.per_subject_accuracy(
+            observed, data.train_subjects, data.test_subjects
+        ),
+    }
+
+
+def run_setting(data, setting, seed, overrides):
+    """Fit every method for one setting and seed; score each n. Returns rows."""
+    pool = data.draw_pool(seed)
+    others = np.setdiff1d(np.arange(len(data.names)), pool)
+    training = others if setting == "onboarding" else np.arange(len(data.names))
+    print(f"{setting}, seed {seed}", flush=True)
+    embedder, seconds = fit_embedder(data, training, seed, overrides)
+    factor_models = {
+        kind: baselines.EncodedFactorModel(kind, seed=seed).fit(
+            data.train_matrix[training], data.train_vectors
+        )
+        for kind in ("mf", "irt")
+    }
+    truth = data.test_matrix[pool]
+    pool_sets = data.sets(pool)
+    rows = []
+    for n in SAMPLE_SIZES:
+        drawn = subsample(pool_sets, n, random_state=seed)
+        for method, probabilities in predict_all(
+            data, embedder, factor_models, drawn
+        ).items():
+            rows.append(
+                dict(
+                    setting=setting,
+                    seed=seed,
+                    method=method,
+                    n=n,
+                    correctness=correctness_accuracy(truth, probabilities),
+                    routing=routing_accuracy(truth, probabilities),
+                )
+            )
+    fit = dict(
+        setting=setting,
+        seed=seed,
+        models=len(training),
+        epochs=len(embedder.history_),
+        seconds=seconds,
+        oracle=float(np.nanmax(truth, axis=0).mean()),
+        mean_accuracy=float(np.nanmean(truth)),
     )
-    others = np.setdiff1d(np.arange(len(sizes)), pool)
-
-    def train_part(i):
-        return {q: s for q, s in data.evaluation_sets[i].items() if q in train_ids}
-
-    training_sets = [train_part(i) for i in others]
-    training_sets = [s for s in training_sets if s]
-    pool_train = [train_part(i) for i in pool]
-    pool_test, _ = to_matrix([data.evaluation_sets[i] for i in pool], queries=test_ids)
-    return training_sets, pool_train, pool_test, test_ids
+    return rows, fit, embedder, pool
 
 
-def overall_accuracy(sets, n_test):
-    accuracy = np.array([np.mean(list(s.values())) for s in sets])
-    return np.repeat(accuracy[:, None], n_test, axis=1)
+def relative_distance(a, b, scale):
+    return np.linalg.norm(a - b, axis=1) / scale
 
 
-def per_subject_accuracy(sets, test_ids, subject_of):
-    out = np.empty((len(sets), len(test_ids)))
-    for i, evaluations in enumerate(sets):
-        overall = np.mean(list(evaluations.values()))
-        by_subject = {}
-        for query, score in evaluations.items():
-            by_subject.setdefault(subject_of[query], []).append(score)
-        for j, query in enumerate(test_ids):
-            scores = by_subject.get(subject_of[query])
-            out[i, j] = np.mean(scores) if scores else overall
+def stability(data, embedder, pool, seed):
+    """Distance to the full-evaluation embedding against n and against overlap."""
+    sets = data.sets(pool)
+    full = embedder.transform(sets)
+    scale = np.median(
+        np.linalg.norm(full[:, None] - full[None], axis=2)[
+            np.triu_indices(len(full), 1)
+        ]
+    )
+    by_n = []
+    for n in SAMPLE_SIZES[:-1]:
+        distances = [
+            relative_distance(
+                embedder.transform(subsample(sets, n, random_state=(seed, r))),
+                full,
+                scale,
+            ).mean()
+            for r in range(5)
+        ]
+        by_n.append((n, float(np.mean(distances)), float(np.std(distances))))
+    n, rng = 128, np.random.default_rng(seed)
+    by_overlap = []
+    orders = [rng.permutation(list(s)) for s in sets]
+    reference = [{q: s[q] for q in order[:n]} for s, order in zip(sets, orders)]
+    z_reference = embedder.transform(reference)
+    for fraction in (0.0, 0.25, 0.5, 0.75, 1.0):
+        shared = int(round(fraction * n))
+        other = [
+            {q: s[q] for q in [*order[:shared], *order[n : 2 * n - shared]]}
+            for s, order in zip(sets, orders)
+        ]
+        distance = relative_distance(embedder.transform(other), z_reference, scale)
+        by_overlap.append((fraction, float(distance.mean())))
+    return dict(by_n=by_n, by_overlap=by_overlap, scale=float(scale))
+
+
+def routed_accuracy(truth, probabilities, allowed=None):
+    """Routing accuracy when only the ``allowed`` models may be chosen."""
+    if allowed is not None:
+        masked = np.full_like(probabilities, -np.inf)
+        masked[allowed] = probabilities[allowed]
+        probabilities = masked
+    return routing_accuracy(truth, probabilities)
+
+
+def geometry(data, embedder, pool):
+    """Correlations, fallback, portfolios and near-duplicates."""
+    sets = data.sets(pool)
+    z = embedder.transform(sets)
+    truth = data.test_matrix[pool]
+    probabilities = embedder.predict_correctness(z, data.test_ids)
+    out = {
+        "correlation": {
+            metric: disagreement_correlation(z, truth, metric=metric)
+            for metric in ("cosine", "euclidean")
+        }
+    }
+    chosen = probabilities.argmax(axis=0)
+    columns = np.arange(truth.shape[1])
+    neighbour, _ = nearest_models(z, k=1)
+    random_other = (
+        chosen + np.random.default_rng(0).integers(1, len(z), len(chosen))
+    ) % len(z)
+    out["fallback"] = {
+        "routed": float(truth[chosen, columns].mean()),
+        "nearest neighbour": float(truth[neighbour[chosen, 0], columns].mean()),
+        "random other model": float(truth[random_other, columns].mean()),
+    }
+    full = routed_accuracy(truth, probabilities)
+    portfolios = {"k-center": [], "k-medoids": []}
+    for k in PORTFOLIO_SIZES:
+        for name, selector in (
+            ("k-center", KCenterSelector),
+            ("k-medoids", KMedoidsSelector),
+        ):
+            selected = selector(n_selected=k, metric="cosine").fit(z).selected_indices_
+            portfolios[name].append(
+                (k, routed_accuracy(truth, probabilities, selected))
+            )
+    cost = data.params_b[pool]
+    cost = np.where(np.isfinite(cost) & (cost > 0), cost, np.nanmedian(cost))
+    coverage = []
+    for budget in PORTFOLIO_BUDGETS:
+        selector = CoverageGreedySelector(budget=budget, metric="cosine").fit(
+            z, cost=cost
+        )
+        selected = selector.selected_indices_
+        coverage.append(
+            (budget, len(selected), routed_accuracy(truth, probabilities, selected))
+        )
+    out["portfolios"] = dict(full=full, by_k=portfolios, coverage=coverage)
+
+    everyone = embedder.transform(data.sets(np.arange(len(data.names))))
+    named = [i for i in range(len(data.names)) if data.train_sets[i]]
+    pairs = find_duplicates(everyone, threshold=1e-3, metric="cosine").head(10)
+    duplicates = []
+    for first, second, distance in pairs[["first", "second", "distance"]].itertuples(
+        index=False
+    ):
+        a, b = data.train_matrix[named[first]], data.train_matrix[named[second]]
+        common = ~np.isnan(a) & ~np.isnan(b)
+        duplicates.append(
+            (
+                data.names[named[first]],
+                data.names[named[second]],
+                float(distance),
+                int(common.sum()),
+                float((a[common] != b[common]).mean()) if common.any() else np.nan,
+            )
+        )
+    out["duplicates"] = duplicates
     return out
 
 
-def nearest_queries(sets, test_ids, encoder, k=10):
-    test_vectors = encoder.transform(test_ids)
-    out = np.empty((len(sets), len(test_ids)))
-    for i, evaluations in enumerate(sets):
-        queries = list(evaluations)
-        similarity = test_vectors @ encoder.transform(queries).T
-        nearest = np.argsort(-similarity, axis=1)[:, :k]
-        scores = np.array([evaluations[q] for q in queries])
-        out[i] = scores[nearest].mean(axis=1)
-    return out
+def query_set_ablation(data, pool, seed, overrides, embedder_all):
+    """Onboarding with and without the partially observed models in training."""
+    others = np.setdiff1d(np.arange(len(data.names)), pool)
+    full_only = others[data.fully_observed[others]]
+    embedder_full, seconds = fit_embedder(data, full_only, seed, overrides)
+    truth = data.test_matrix[pool]
+    rows = []
+    for n in TABLE_SIZES:
+        drawn = subsample(data.sets(pool), n, random_state=seed)
+        for label, embedder, models in (
+            ("fully observed models only", embedder_full, len(full_only)),
+            ("all models (partially observed included)", embedder_all, len(others)),
+        ):
+            p = embedder.predict_correctness(embedder.transform(drawn), data.test_ids)
+            rows.append(
+                (
+                    label,
+                    models,
+                    n,
+                    correctness_accuracy(truth, p),
+                    routing_accuracy(truth, p),
+                )
+            )
+    return rows, seconds
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="folder of the Open LLM data")
     parser.add_argument("--encoder", default="all-MiniLM-L6-v2")
-    parser.add_argument("--n", type=int, nargs="+", default=[64, 128, 256])
-    parser.add_argument("--max-epochs", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        default=["onboarding", "pool"],
+        choices=["onboarding", "pool"],
+    )
     parser.add_argument("--out", default="docs/results.md")
     parser.add_argument(
         "--set",
         nargs="*",
         default=[],
         metavar="NAME=VALUE",
-        help="LocusEmbedder parameters to change, e.g. --set n_layers=0 lr=1e-3",
+        help="LocusEmbedder parameters to change, e.g. --set n_layers=0",
     )
     arguments = parser.parse_args()
     overrides = {
         name: ast.literal_eval(value)
         for name, value in (item.split("=", 1) for item in arguments.set)
     }
-
-    data = load_evaluations(arguments.data, encoder=arguments.encoder)
-    training_sets, pool_train, pool_test, test_ids = split_data(data, arguments.seed)
-    subject_of = dict(zip(data.queries["query_id"], data.queries["subject"]))
-
     start = time.perf_counter()
-    embedder = LocusEmbedder(
-        query_encoder=data.encoder,
-        max_epochs=arguments.max_epochs,
-        random_state=arguments.seed,
-        verbose=1,
-        **overrides,
-    ).fit(training_sets)
-    fit_seconds = time.perf_counter() - start
-
-    rows = []
-    for n in arguments.n:
-        drawn = subsample(pool_train, n, random_state=arguments.seed)
-        predictions = {
-            "LOCUS (onboarded, one forward pass)": embedder.predict_correctness(
-                embedder.transform(drawn), test_ids
-            ),
-            "each model's overall accuracy": overall_accuracy(drawn, len(test_ids)),
-            "per-subject accuracy (uses labels)": per_subject_accuracy(
-                drawn, test_ids, subject_of
-            ),
-            "k-nearest queries (k = 10)": nearest_queries(
-                drawn, test_ids, data.encoder
-            ),
-        }
-        for method, probabilities in predictions.items():
-            rows.append(
-                (
-                    method,
-                    n,
-                    correctness_accuracy(pool_test, probabilities),
-                    routing_accuracy(pool_test, probabilities),
-                )
+    data = OpenLLM(arguments.data, arguments.encoder)
+    rows, fits = [], []
+    first = None
+    for seed in arguments.seeds:
+        for setting in arguments.settings:
+            setting_rows, fit, embedder, pool = run_setting(
+                data, setting, seed, overrides
             )
-            print(rows[-1], flush=True)
-
-    oracle = np.nanmax(pool_test, axis=0).mean()
-    lines = [
-        "# Results on the Open LLM Leaderboard data (preliminary)",
-        "",
-        "Written by `python benchmarks/openllm.py ../shared/data/openllm "
-        f"--max-epochs {arguments.max_epochs} --seed {arguments.seed}`. Onboarding",
-        f"setting, one pool of {POOL_SIZE} fully observed dense models (seed "
-        f"{arguments.seed}), {arguments.encoder} encodings, 269 test queries. The",
-        f"encoder was trained on {len(training_sets)} other models' train-query",
-        f"evaluations for at most {arguments.max_epochs} epochs "
-        f"({len(embedder.history_)} run, {fit_seconds:.0f} s on this machine),",
-        f"parameters changed from the defaults: {overrides or 'none'}.",
-        f"Oracle routing: {oracle:.3f}. One seed only: a routing figure has a",
-        "standard error of about 2 points.",
-        "",
-        "| method | n | correctness | routing |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {m} | {n} | {c:.3f} | {r:.3f} |" for m, n, c, r in rows]
-    Path(arguments.out).write_text("\n".join(lines) + "\n")
+            rows += setting_rows
+            fits.append(fit)
+            if first is None and setting == "onboarding":
+                first = (embedder, pool, seed)
+    extra = {}
+    if first is not None:
+        embedder, pool, seed = first
+        print("stability, geometry, query sets", flush=True)
+        extra["stability"] = stability(data, embedder, pool, seed)
+        extra["geometry"] = geometry(data, embedder, pool)
+        extra["query_sets"] = query_set_ablation(data, pool, seed, overrides, embedder)
+    extra["seconds"] = time.perf_counter() - start
+    report.write(Path(arguments.out), rows, fits, extra, arguments, overrides)
 
 
 if __name__ == "__main__":

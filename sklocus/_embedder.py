@@ -118,7 +118,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         Fraction of the *queries* kept out of training when models are held out:
         the validation loss is then that of held-out models on held-out queries,
         the situation of onboarding. 0 validates on training queries.
-    patience : int, default=10
+    patience : int, default=5
         Epochs without improvement of the validation loss before training stops.
     device : str, default="auto"
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
@@ -200,7 +200,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         query_noise=(0.10, 0.05),
         validation_fraction=0.1,
         validation_queries=0.1,
-        patience=10,
+        patience=5,
         device="auto",
         random_state=None,
         callbacks=None,
@@ -407,16 +407,17 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
     def _embed(self, ragged, vectors):
         encoder = self.net_.module_.encoder
         device = self.device_
-        table = torch.as_tensor(vectors, device=device)
         out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
         with torch.inference_mode():
+            table = torch.as_tensor(vectors, device=device)
+            projected = encoder.tokenizer.project_queries(table)
             for batch in size_buckets(ragged.sizes, _MAX_TOKENS, _MAX_SETS):
                 codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
                 scores, _ = pad(
                     [ragged.set_scores(i) for i in batch], 0.0, torch.float32
                 )
                 codes, mask = codes.to(device), mask.to(device)
-                z = encoder(table[codes], scores.to(device), mask)
+                z = encoder.embed_projected(projected, codes, scores.to(device), mask)
                 out[batch] = z.float().cpu().numpy()
         return out
 
@@ -524,14 +525,14 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """Probabilities of each model on its own queries, as a list of arrays."""
         predictor = self.net_.module_.predictor
         device = self.device_
-        table = torch.as_tensor(vectors, device=device)
         sizes = np.array([len(codes) for codes in codes_per_model])
         out = [None] * len(codes_per_model)
         with torch.inference_mode():
+            projected = predictor.project_query(torch.as_tensor(vectors, device=device))
             for batch in size_buckets(sizes, _MAX_TOKENS, _MAX_SETS):
                 codes, _ = pad([codes_per_model[i] for i in batch], 0, torch.long)
                 z = torch.as_tensor(embeddings[batch], device=device)
-                logits = predictor(z, table[codes.to(device)])
+                logits = predictor.score_projected(z, projected, codes.to(device))
                 probabilities = torch.sigmoid(logits).float().cpu().numpy()
                 for row, i in enumerate(batch):
                     out[i] = probabilities[row, : sizes[i]]

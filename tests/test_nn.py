@@ -85,17 +85,47 @@ def test_attention_pooling_shape_and_masking():
     torch.testing.assert_close(pooling(_scramble_padding(tokens, mask), mask), out)
 
 
-def test_tokenizer_shape_and_sign_of_the_score():
+def _coded(vectors):
+    """A query table with one row per (set, evaluation) and the codes into it."""
+    batch, n, width = vectors.shape
+    return vectors.reshape(batch * n, width), torch.arange(batch * n).view(batch, n)
+
+
+def _straightforward_tokens(tokenizer, vectors, scores):
+    """The tokenizer MLP applied to every evaluation's full feature vector."""
+    scores = scores.unsqueeze(-1)
+    features = torch.cat([vectors, scores, vectors * (2 * scores - 1)], dim=-1)
+    return tokenizer.mlp(features)
+
+
+def test_tokenizer_equals_the_straightforward_computation():
     tokenizer = EvaluationTokenizer(QUERY_DIM, DIM)
     vectors = torch.randn(BATCH, N, QUERY_DIM)
     scores = torch.randint(0, 2, (BATCH, N)).float()
-    assert tokenizer(vectors, scores).shape == (BATCH, N, DIM)
-    # Tokens are per evaluation: one evaluation's token ignores the others.
+    table, codes = _coded(vectors)
+    tokens = tokenizer(tokenizer.project_queries(table), codes, scores)
+    assert tokens.shape == (BATCH, N, DIM)
+    expected = _straightforward_tokens(tokenizer, vectors, scores)
+    torch.testing.assert_close(tokens, expected, atol=1e-5, rtol=1e-5)
+    # Fractional scores (majority ties, means) too: the first layer is linear in y.
+    halves = torch.full((BATCH, N), 0.5)
     torch.testing.assert_close(
-        tokenizer(vectors[:, :1], scores[:, :1]), tokenizer(vectors, scores)[:, :1]
+        tokenizer(tokenizer.project_queries(table), codes, halves),
+        _straightforward_tokens(tokenizer, vectors, halves),
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    # Shared queries: a table of distinct queries gives the same tokens.
+    distinct = torch.randn(3, QUERY_DIM)
+    shared = torch.randint(0, 3, (BATCH, N))
+    torch.testing.assert_close(
+        tokenizer(tokenizer.project_queries(distinct), shared, scores),
+        _straightforward_tokens(tokenizer, distinct[shared], scores),
+        atol=1e-5,
+        rtol=1e-5,
     )
     assert not torch.allclose(
-        tokenizer(vectors, scores), tokenizer(vectors, 1 - scores)
+        tokens, tokenizer(tokenizer.project_queries(table), codes, 1 - scores)
     )
 
 
@@ -109,20 +139,29 @@ def _set_batch():
 def test_set_encoder_shape_masking_and_permutation_invariance():
     encoder = SetEncoder(QUERY_DIM, DIM, n_latents=4, n_layers=2, n_heads=2).eval()
     vectors, scores, mask = _set_batch()
-    z = encoder(vectors, scores, mask)
+    z = encoder(*_coded(vectors), scores, mask)
     assert z.shape == (BATCH, DIM)
     padded_vectors = _scramble_padding(vectors, mask)
     padded_scores = torch.where(mask, scores, torch.full_like(scores, 0.5))
-    torch.testing.assert_close(encoder(padded_vectors, padded_scores, mask), z)
+    torch.testing.assert_close(encoder(*_coded(padded_vectors), padded_scores, mask), z)
     order = torch.randperm(N)
+    table, codes = _coded(vectors)
     torch.testing.assert_close(
-        encoder(vectors[:, order], scores[:, order], mask[:, order]),
+        encoder(table, codes[:, order], scores[:, order], mask[:, order]),
+        z,
+        atol=1e-5,
+        rtol=0,
+    )
+    # So does permuting the rows of the query table along with the codes.
+    rows = torch.randperm(len(table))
+    torch.testing.assert_close(
+        encoder(table[rows], torch.argsort(rows)[codes], scores, mask),
         z,
         atol=1e-5,
         rtol=0,
     )
     # A set alone gives the same embedding as in a padded batch.
-    alone = encoder(vectors[1:2, :4], scores[1:2, :4])
+    alone = encoder(*_coded(vectors[1:2, :4]), scores[1:2, :4])
     torch.testing.assert_close(alone, z[1:2], atol=1e-5, rtol=0)
 
 
@@ -132,23 +171,42 @@ def test_predictor_shape_and_pairwise_equals_forward():
     queries = torch.randn(6, QUERY_DIM)
     pairwise = predictor.pairwise(z, queries)
     assert pairwise.shape == (4, 6)
-    straight = predictor(z, queries.expand(4, -1, -1))
+    all_queries = torch.arange(6).expand(4, -1)
+    straight = predictor(z, queries, all_queries)
     torch.testing.assert_close(pairwise, straight, atol=1e-5, rtol=1e-5)
+    # The straightforward computation: the MLP on each pair's [z, u, z * u].
+    u = predictor.project_query(queries)
+    pairs = torch.cat(
+        [z[:, None].expand(-1, 6, -1), u.expand(4, -1, -1), z[:, None] * u], dim=-1
+    )
+    torch.testing.assert_close(
+        pairwise, predictor.mlp(pairs).squeeze(-1), atol=1e-5, rtol=1e-5
+    )
     # Each query's logit is its own: masking (dropping) other queries changes nothing.
     torch.testing.assert_close(
-        predictor(z, queries[None, :2].expand(4, -1, -1)), straight[:, :2]
+        predictor(z, queries, all_queries[:, :2]), straight[:, :2]
     )
+
+
+def _network_inputs():
+    vectors, scores, mask = _set_batch()
+    table, codes = _coded(vectors)
+    decoder = torch.randint(0, len(table), (BATCH, 5))
+    return table, codes, scores, mask, decoder
 
 
 def test_network_shape_and_masking():
     network = LocusNetwork(QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2).eval()
-    vectors, scores, mask = _set_batch()
-    decoder = torch.randn(BATCH, 5, QUERY_DIM)
-    logits = network(vectors, scores, mask, decoder)
+    table, codes, scores, mask, decoder = _network_inputs()
+    logits = network(table, codes, scores, mask, decoder)
     assert logits.shape == (BATCH, 5)
-    torch.testing.assert_close(
-        network(_scramble_padding(vectors, mask), scores, mask, decoder), logits
-    )
+    padded = _scramble_padding(table.view(BATCH, N, -1), mask).reshape(table.shape)
+    # Rows of padding evaluations that no target uses do not matter.
+    keep = torch.zeros(len(table), dtype=torch.bool)
+    keep[codes[mask]] = True
+    keep[decoder] = True
+    padded = torch.where(keep[:, None], table, padded)
+    torch.testing.assert_close(network(padded, codes, scores, mask, decoder), logits)
 
 
 def test_network_adds_query_noise_only_in_training():
@@ -156,16 +214,11 @@ def test_network_adds_query_noise_only_in_training():
         QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2, dropout=0
     )
     network.query_noise = 0.1
-    vectors, scores, mask = _set_batch()
-    decoder = torch.randn(BATCH, 5, QUERY_DIM)
+    inputs = _network_inputs()
     network.eval()
-    torch.testing.assert_close(
-        network(vectors, scores, mask, decoder), network(vectors, scores, mask, decoder)
-    )
+    torch.testing.assert_close(network(*inputs), network(*inputs))
     network.train()
-    assert not torch.allclose(
-        network(vectors, scores, mask, decoder), network(vectors, scores, mask, decoder)
-    )
+    assert not torch.allclose(network(*inputs), network(*inputs))
 
 
 def test_pad_and_size_buckets():
@@ -189,20 +242,35 @@ def test_collator_keeps_validation_queries_out_of_training():
     query_mask[[3, 7, 11]] = False
     common = (ragged, vectors, (4, 16), 8, 0)
     training = SetCollator(*common, query_mask=query_mask)
+
+    def queries(inputs, kind):
+        """Query code of each encoder or decoder entry, through the batch's table."""
+        table = inputs["query_table"].flatten(0, 1)  # sent as (models, k, dim)
+        return table[inputs[f"{kind}_codes"]].argmax(-1)
+
     for _ in range(5):
         inputs, targets = training([(0, 0), (1, 0), (2, 0)])
-        used = inputs["encoder_vectors"][inputs["encoder_mask"]].argmax(-1)
+        # The table holds each query the batch uses, once.
+        table = inputs["query_table"].flatten(0, 1)
+        assert inputs["query_table"].shape[0] == 3  # one row per model, for skorch
+        rows = table[table.any(-1)].argmax(-1)  # zero rows only pad the table
+        assert len(set(rows.tolist())) == len(rows)
+        used = queries(inputs, "encoder")[inputs["encoder_mask"]]
         assert not set(used.tolist()) & {3, 7, 11}
-        decoded = inputs["decoder_vectors"][~torch.isnan(targets)].argmax(-1)
+        decoded = queries(inputs, "decoder")[~torch.isnan(targets)]
         assert not set(decoded.tolist()) & {3, 7, 11}
+        # Scores travel with their queries (query j scores j % 2).
+        torch.testing.assert_close(
+            inputs["encoder_scores"][inputs["encoder_mask"]], (used % 2).float()
+        )
     validation = SetCollator(*common, fixed=True, query_mask=query_mask)
     inputs, targets = validation([(0, 0), (1, 1)])
-    used = inputs["encoder_vectors"][inputs["encoder_mask"]].argmax(-1)
+    used = queries(inputs, "encoder")[inputs["encoder_mask"]]
     assert not set(used.tolist()) & {3, 7, 11}
     for row in range(2):
-        decoded = inputs["decoder_vectors"][row][~torch.isnan(targets[row])].argmax(-1)
+        decoded = queries(inputs, "decoder")[row][~torch.isnan(targets[row])]
         assert sorted(decoded.tolist()) == [3, 7, 11]
     again, _ = validation([(1, 1), (0, 0)])
     torch.testing.assert_close(
-        again["encoder_vectors"][1], inputs["encoder_vectors"][0]
+        queries(again, "encoder")[1], queries(inputs, "encoder")[0]
     )

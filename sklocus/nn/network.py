@@ -60,23 +60,34 @@ class LocusNetwork(nn.Module):
             return query_vectors + self.query_noise * torch.randn_like(query_vectors)
         return query_vectors
 
-    def forward(self, encoder_vectors, encoder_scores, encoder_mask, decoder_vectors):
+    def forward(
+        self, query_table, encoder_codes, encoder_scores, encoder_mask, decoder_codes
+    ):
         """Predict the decoder batch of each model from its encoder subset.
 
         Parameters
         ----------
-        encoder_vectors : Tensor of shape (batch, n_encoder, query_dim)
+        query_table : Tensor of shape (n_queries, query_dim) or (batch, k, query_dim)
+            Encodings of the distinct queries of the batch; the 3-d form (how the
+            training collator sends it, as skorch wants one row per model) is
+            flattened to ``(batch * k, query_dim)``. In training, noise is drawn
+            once per distinct query for the encoder and once for the predictor,
+            each shared by the models of the batch.
+        encoder_codes : LongTensor of shape (batch, n_encoder)
+            Row of ``query_table`` of each input evaluation.
         encoder_scores : Tensor of shape (batch, n_encoder)
         encoder_mask : BoolTensor of shape (batch, n_encoder)
             ``True`` for real evaluations.
-        decoder_vectors : Tensor of shape (batch, n_decoder, query_dim)
+        decoder_codes : LongTensor of shape (batch, n_decoder)
+            Row of ``query_table`` of each target.
 
         Returns
         -------
         Tensor of shape (batch, n_decoder)
             Logits of correctness.
         """
+        query_table = query_table.flatten(0, -2)
         embeddings = self.encoder(
-            self._noisy(encoder_vectors), encoder_scores, encoder_mask
+            self._noisy(query_table), encoder_codes, encoder_scores, encoder_mask
         )
-        return self.predictor(embeddings, self._noisy(decoder_vectors))
+        return self.predictor(embeddings, self._noisy(query_table), decoder_codes)

@@ -33,20 +33,27 @@ class CorrectnessPredictor(nn.Module):
             nn.Linear(hidden, 1),
         )
 
-    def forward(self, embeddings, query_vectors):
+    def forward(self, embeddings, query_table, codes):
         """Score each model on its own queries.
 
         Parameters
         ----------
         embeddings : Tensor of shape (batch, embedding_dim)
-        query_vectors : Tensor of shape (batch, n_queries, query_dim)
+        query_table : Tensor of shape (n_queries, query_dim)
+            Encodings of the distinct queries of the batch.
+        codes : LongTensor of shape (batch, n_targets)
+            Row of ``query_table`` of each query to score.
 
         Returns
         -------
-        Tensor of shape (batch, n_queries)
+        Tensor of shape (batch, n_targets)
             Logits.
         """
-        u = self.project_query(query_vectors)
+        return self.score_projected(embeddings, self.project_query(query_table), codes)
+
+    def score_projected(self, embeddings, projected, codes):
+        """Like :meth:`forward`, from ``project_query(query_table)``."""
+        u = nn.functional.embedding(codes, projected)
         z = embeddings.unsqueeze(1).expand_as(u)
         return self.mlp(torch.cat([z, u, z * u], dim=-1)).squeeze(-1)
 

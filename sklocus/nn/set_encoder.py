@@ -15,6 +15,12 @@ class EvaluationTokenizer(nn.Module):
     multiplies the query encoding, so a right and a wrong answer to one query point
     in opposite directions.
 
+    The first layer is linear in ``y``: with its weight split as ``[W1, w, W2]``
+    over those three parts, its output is ``(W1 - W2) phi(x) + b + y (w + 2 W2
+    phi(x))``. So each distinct query is projected once (:meth:`project_queries`)
+    and every evaluation of it only combines the two projections with its score,
+    instead of multiplying its own ``2 * query_dim + 1`` features.
+
     Parameters
     ----------
     query_dim : int
@@ -30,21 +36,47 @@ class EvaluationTokenizer(nn.Module):
             nn.Linear(2 * query_dim + 1, dim), nn.GELU(), nn.Linear(dim, dim)
         )
 
-    def forward(self, query_vectors, scores):
+    def project_queries(self, query_table):
+        """Project each distinct query once.
+
+        Parameters
+        ----------
+        query_table : Tensor of shape (n_queries, query_dim)
+
+        Returns
+        -------
+        Tensor of shape (n_queries, 2, dim)
+            For each query, the first layer's output at ``y = 0`` and its change per
+            unit of ``y``.
+        """
+        first = self.mlp[0]
+        d = self.query_dim
+        plain, score, signed = first.weight.split([d, 1, d], dim=1)
+        weight = torch.cat([plain - signed, 2.0 * signed])  # (2 * dim, query_dim)
+        bias = torch.cat([first.bias, score[:, 0]])
+        projected = nn.functional.linear(query_table, weight, bias)
+        return projected.view(len(query_table), 2, -1)
+
+    def forward(self, projected, codes, scores):
         """Tokenize.
 
         Parameters
         ----------
-        query_vectors : Tensor of shape (batch, n_evals, query_dim)
+        projected : Tensor of shape (n_queries, 2, dim)
+            Output of :meth:`project_queries`.
+        codes : LongTensor of shape (batch, n_evals)
+            Row of ``projected`` of each evaluation's query.
         scores : Tensor of shape (batch, n_evals)
 
         Returns
         -------
         Tensor of shape (batch, n_evals, dim)
         """
-        scores = scores.unsqueeze(-1).to(query_vectors.dtype)
-        signed = query_vectors * (2.0 * scores - 1.0)
-        return self.mlp(torch.cat([query_vectors, scores, signed], dim=-1))
+        # embedding() is a gather whose backward is a fast dense scatter-add.
+        rows = nn.functional.embedding(codes, projected.flatten(1))
+        at_zero, per_score = rows.unflatten(-1, projected.shape[1:]).unbind(-2)
+        hidden = at_zero + scores.unsqueeze(-1).to(at_zero.dtype) * per_score
+        return self.mlp[2](self.mlp[1](hidden))
 
 
 class SetEncoder(nn.Module):
@@ -89,12 +121,15 @@ class SetEncoder(nn.Module):
             nn.LayerNorm(embedding_dim), nn.Linear(embedding_dim, embedding_dim)
         )
 
-    def forward(self, query_vectors, scores, mask=None):
+    def forward(self, query_table, codes, scores, mask=None):
         """Embed each set.
 
         Parameters
         ----------
-        query_vectors : Tensor of shape (batch, n_evals, query_dim)
+        query_table : Tensor of shape (n_queries, query_dim)
+            Encodings of the distinct queries of the batch.
+        codes : LongTensor of shape (batch, n_evals)
+            Row of ``query_table`` of each evaluation's query.
         scores : Tensor of shape (batch, n_evals)
         mask : BoolTensor of shape (batch, n_evals), optional
             ``True`` for real evaluations, ``False`` for padding.
@@ -103,7 +138,18 @@ class SetEncoder(nn.Module):
         -------
         Tensor of shape (batch, embedding_dim)
         """
-        tokens = self.tokenizer(query_vectors, scores)
+        return self.embed_projected(
+            self.tokenizer.project_queries(query_table), codes, scores, mask
+        )
+
+    def embed_projected(self, projected, codes, scores, mask=None):
+        """Embed each set from queries already projected by the tokenizer.
+
+        Lets a caller that embeds many batches over one query table project it
+        once; see :meth:`forward` for the parameters and
+        :meth:`EvaluationTokenizer.project_queries` for ``projected``.
+        """
+        tokens = self.tokenizer(projected, codes, scores)
         for layer in self.layers:
             tokens = layer(tokens, mask)
         return self.output(self.pooling(tokens, mask))

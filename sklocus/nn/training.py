@@ -142,15 +142,29 @@ class SetCollator:
             else:
                 splits.append(self._split(model, size, self.rng, self.decoder_size))
         encoder_codes, encoder_scores, decoder_codes, decoder_scores = zip(*splits)
-        codes, mask = pad(encoder_codes, 0, torch.long)
+        # The batch's distinct queries become its query table, projected once per
+        # step by the network however many models share them.
+        distinct, local = np.unique(
+            np.concatenate(encoder_codes + decoder_codes), return_inverse=True
+        )
+        bounds = np.cumsum([len(c) for c in encoder_codes + decoder_codes])[:-1]
+        local = np.split(local, bounds)
+        n = len(encoder_codes)
+        codes, mask = pad(local[:n], 0, torch.long)
         scores, _ = pad(encoder_scores, 0.0, torch.float32)
-        targets_codes, _ = pad(decoder_codes, 0, torch.long)
+        targets_codes, _ = pad(local[n:], 0, torch.long)
         targets, _ = pad(decoder_scores, np.nan, torch.float32)
+        # skorch wants one row per model in every input, so the table travels
+        # split into `n` rows of equal length (zero rows at the end pad it).
+        width = -(-len(distinct) // n)
+        table = torch.zeros(n * width, self.query_vectors.shape[1])
+        table[: len(distinct)] = self.query_vectors[torch.from_numpy(distinct)]
         inputs = {
-            "encoder_vectors": self.query_vectors[codes],
+            "query_table": table.view(n, width, -1),
+            "encoder_codes": codes,
             "encoder_scores": scores,
             "encoder_mask": mask,
-            "decoder_vectors": self.query_vectors[targets_codes],
+            "decoder_codes": targets_codes,
         }
         return inputs, targets
 

@@ -1,0 +1,320 @@
+"""How close sklocus runs to this machine's matrix-multiply peak (issue 7).
+
+One command measures everything and writes ``docs/performance.md``::
+
+    python benchmarks/speed.py [--scale-models 100000] [--out docs/performance.md]
+
+Figures: the float32 matmul peak; ``transform`` of 112 models x 4,096 evaluations
+with 768-d query vectors at the default architecture; ``predict_correctness`` of
+4,096 queries x 112 models; training throughput; a streamed ``transform`` of many
+models x 256 evaluations with its peak resident memory; ``SentenceEncoder``
+throughput with and without its cache; and, where CUDA is available, the first
+three on the GPU.
+
+Nominal FLOPs are those of the straightforward computation METHOD.md describes,
+counted by torch's ``FlopCounterMode`` (2 FLOPs per multiply-add; matrix products
+and attention products only) while running that computation on a small batch,
+then scaled by the number of models: the tokenizer MLP applied to every (model,
+query) pair's full feature vector, every linear layer and attention product of the
+encoder; for scoring, the query projection once per query and the predictor MLP on
+every pair's concatenated features. So they follow any change of the architecture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+from sklocus import LocusEmbedder
+from sklocus.datasets import make_evaluations
+
+N_MODELS, N_EVALS, N_QUERIES, QUERY_DIM = 112, 4096, 4096, 768
+
+
+def best_time(function, repeats=5):
+    """Least wall time of ``repeats`` calls after one warm-up call."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def synchronize(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device, size=4096):
+    """float32 FLOP/s of a large square matrix product."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+
+    def product():
+        a @ b
+        synchronize(device)
+
+    return 2 * size**3 / best_time(product)
+
+
+def straightforward_embedding(network, vectors, scores):
+    """The encoder as METHOD.md writes it: the tokenizer on every pair's features."""
+    encoder = network.encoder
+    signed = vectors * (2 * scores[..., None] - 1)
+    tokens = encoder.tokenizer.mlp(torch.cat([vectors, scores[..., None], signed], -1))
+    for layer in encoder.layers:
+        tokens = layer(tokens)
+    return encoder.output(encoder.pooling(tokens))
+
+
+def straightforward_scores(network, embeddings, vectors):
+    """The predictor MLP on every (model, query) pair's ``[z, u, z * u]``."""
+    predictor = network.predictor
+    u = predictor.project_query(vectors)[None].expand(len(embeddings), -1, -1)
+    z = embeddings[:, None].expand_as(u)
+    return predictor.mlp(torch.cat([z, u, z * u], -1))
+
+
+def _attention_flops(query_shape, key_shape, value_shape, *args, **kwargs):
+    """Both attention products (scores and weighted values), as torch counts them."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+# torch's counter knows the CUDA attention kernels but not the CPU one.
+_CUSTOM_FLOPS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops
+}
+
+
+def count_flops(function, *args):
+    """FLOPs of matrix and attention products (the counter needs autograd on)."""
+    with FlopCounterMode(display=False, custom_mapping=_CUSTOM_FLOPS) as counter:
+        function(*args)
+    return counter.get_total_flops()
+
+
+def nominal_embedding_flops(network, n_models, n_evals):
+    """Count on two models and scale: the computation is per model."""
+    vectors = torch.randn(2, n_evals, network.encoder.tokenizer.query_dim)
+    scores = torch.randint(0, 2, (2, n_evals)).float()
+    return count_flops(straightforward_embedding, network, vectors, scores) * (
+        n_models / 2
+    )
+
+
+def nominal_scoring_flops(network, n_models, n_queries):
+    width = network.predictor.project_query.in_features
+    embeddings = torch.randn(2, network.predictor.project_query.out_features)
+    vectors = torch.randn(n_queries, width)
+    per_two = count_flops(straightforward_scores, network, embeddings, vectors)
+    projection = 2 * n_queries * width * network.predictor.project_query.out_features
+    return (per_two - projection) * (n_models / 2) + projection
+
+
+def fitted_embedder(data, device):
+    """An embedder at the default architecture; one short epoch is enough to time."""
+    return LocusEmbedder(
+        query_encoder=data.encoder,
+        max_epochs=1,
+        epoch_size=32,
+        validation_fraction=None,
+        device=device,
+        random_state=0,
+    ).fit(data.evaluation_sets)
+
+
+def rate_row(name, seconds, flops, peak):
+    rate = flops / seconds
+    return (
+        f"| {name} | {seconds * 1e3:.1f} ms | {flops / 1e9:.1f} GFLOP "
+        f"| {rate / 1e9:.1f} GFLOP/s | {rate / peak:.0%} |"
+    )
+
+
+def measure_device(device, data, queries):
+    """Embedding and scoring against the peak on one device."""
+    peak = matmul_peak(device)
+    embedder = fitted_embedder(data, device)
+    network = embedder.net_.module_.cpu()
+    embed_flops = nominal_embedding_flops(network, N_MODELS, N_EVALS)
+    score_flops = nominal_scoring_flops(network, N_MODELS, len(queries))
+    network.to(device)
+    sets = data.evaluation_sets
+
+    def embed():
+        embedder.transform(sets)
+        synchronize(device)
+
+    z = embedder.transform(sets)
+
+    def score():
+        embedder.predict_correctness(z, queries)
+        synchronize(device)
+
+    return peak, [
+        rate_row(
+            f"embed {N_MODELS} models x {N_EVALS} evaluations",
+            best_time(embed),
+            embed_flops,
+            peak,
+        ),
+        rate_row(
+            f"score {len(queries)} queries x {N_MODELS} models",
+            best_time(score),
+            score_flops,
+            peak,
+        ),
+    ]
+
+
+def training_throughput(device):
+    """Model draws per second of ``fit`` at the default settings."""
+    data = make_evaluations(
+        n_models=400,
+        n_queries=2000,
+        evals_per_model=1000,
+        query_dim=384,
+        random_state=0,
+    )
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder, max_epochs=3, device=device, random_state=0
+    ).fit(data.evaluation_sets)
+    # The default split holds out 10% of the models; an epoch draws the rest
+    # until it has at least epoch_size draws.
+    train_models = len(data.evaluation_sets) - round(0.1 * len(data.evaluation_sets))
+    draws = train_models * -(-embedder.epoch_size // train_models)
+    durations = [row["dur"] for row in embedder.history_[1:]]
+    return draws / np.mean(durations), draws
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def streamed_scale(n_models, batch=2000, n_evals=256):
+    """Stream ``n_models`` random models through ``transform`` in batches."""
+    data = make_evaluations(
+        n_models=64,
+        n_queries=4096,
+        evals_per_model=n_evals,
+        query_dim=384,
+        random_state=0,
+    )
+    embedder = fitted_embedder(data, "cpu")
+    ids = np.array(data.query_ids)
+    rng = np.random.default_rng(0)
+    out = np.empty((n_models, embedder.embedding_dim), dtype=np.float32)
+    checkpoints = []
+    start = time.perf_counter()
+    for first in range(0, n_models, batch):
+        size = min(batch, n_models - first)
+        sets = [
+            dict(
+                zip(
+                    ids[rng.choice(len(ids), n_evals, replace=False)].tolist(),
+                    rng.integers(0, 2, n_evals).astype(float).tolist(),
+                )
+            )
+            for _ in range(size)
+        ]
+        out[first : first + size] = embedder.transform(sets)
+        done = first + size
+        if done in (n_models // 10, n_models) or done == batch:
+            checkpoints.append((done, time.perf_counter() - start, peak_rss_mib()))
+    return checkpoints
+
+
+def encoding_throughput(n_texts=500):
+    from sklocus import SentenceEncoder
+
+    texts = [
+        f"Question {i}: what is {i} times {i + 7}, in words?" for i in range(n_texts)
+    ]
+    encoder = SentenceEncoder()
+    start = time.perf_counter()
+    encoder.transform(texts)
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    encoder.transform(texts)
+    second = time.perf_counter() - start
+    return n_texts / first, n_texts / second
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale-models", type=int, default=100_000)
+    parser.add_argument("--out", default="docs/performance.md")
+    arguments = parser.parse_args()
+
+    data = make_evaluations(
+        n_models=N_MODELS,
+        n_queries=N_EVALS,
+        evals_per_model=None,
+        query_dim=QUERY_DIM,
+        random_state=0,
+    )
+    queries = data.query_ids[:N_QUERIES]
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    lines = [
+        "# Performance",
+        "",
+        f"Written by `python benchmarks/speed.py --scale-models "
+        f"{arguments.scale_models}` on {platform.machine()}, "
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}.",
+        "Every figure comes from that run; nominal FLOPs and the peak are defined in",
+        "the script's docstring. A rate above 100% of the peak means faster than the",
+        "straightforward computation could run at the machine's matmul peak.",
+    ]
+    for device in devices:
+        peak, rows = measure_device(device, data, queries)
+        print(device, peak, rows, flush=True)
+        lines += [
+            "",
+            f"## {device}: embedding and scoring",
+            "",
+            f"float32 matmul peak (4096 x 4096 product): {peak / 1e9:.1f} GFLOP/s.",
+            "",
+            "| operation | time | nominal FLOPs | effective rate | of peak |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+        throughput, draws = training_throughput(device)
+        lines += [
+            "",
+            f"Training throughput (fit at the default settings, 384-d queries, "
+            f"epochs of {draws} model draws): {throughput:.0f} model sets per second.",
+        ]
+    checkpoints = streamed_scale(arguments.scale_models)
+    lines += [
+        "",
+        f"## Scale: {arguments.scale_models:,} models x 256 evaluations, streamed",
+        "",
+        "Batches of 2,000 random models (384-d queries) through `transform`; peak",
+        "resident memory of the whole process so far:",
+        "",
+        "| models embedded | elapsed | peak RSS |",
+        "|---|---|---|",
+        *[f"| {n:,} | {s:.0f} s | {m:.0f} MiB |" for n, s, m in checkpoints],
+    ]
+    first_pass, cached = encoding_throughput()
+    lines += [
+        "",
+        "## Query encoding (SentenceEncoder, all-MiniLM-L6-v2)",
+        "",
+        f"First pass: {first_pass:.0f} queries/s; second pass (in-memory cache): "
+        f"{cached:.0f} queries/s.",
+    ]
+    Path(arguments.out).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
