@@ -186,7 +186,7 @@ def stability(data, embedder, pool, seed):
     for n in SAMPLE_SIZES[:-1]:
         distances = [
             relative_distance(
-                embedder.transform(subsample(sets, n, random_state=(seed, r))),
+                embedder.transform(subsample(sets, n, random_state=1000 * seed + r)),
                 full,
                 scale,
             ).mean()
@@ -267,22 +267,28 @@ def geometry(data, embedder, pool):
 
     everyone = embedder.transform(data.sets(np.arange(len(data.names))))
     named = [i for i in range(len(data.names)) if data.train_sets[i]]
-    pairs = find_duplicates(everyone, threshold=1e-3, metric="cosine").head(10)
-    duplicates = []
+    pairs = find_duplicates(everyone, threshold=1e-3, metric="cosine")
+    duplicates, identical = [], 0
     for first, second, distance in pairs[["first", "second", "distance"]].itertuples(
         index=False
     ):
         a, b = data.train_matrix[named[first]], data.train_matrix[named[second]]
-        common = ~np.isnan(a) & ~np.isnan(b)
-        duplicates.append(
-            (
-                data.names[named[first]],
-                data.names[named[second]],
-                float(distance),
-                int(common.sum()),
-                float((a[common] != b[common]).mean()) if common.any() else np.nan,
+        if np.array_equal(a, b, equal_nan=True):
+            identical += 1
+            continue
+        if len(duplicates) < 10:
+            common = ~np.isnan(a) & ~np.isnan(b)
+            duplicates.append(
+                (
+                    data.names[named[first]],
+                    data.names[named[second]],
+                    float(distance),
+                    int(common.sum()),
+                    float((a[common] != b[common]).mean()) if common.any() else np.nan,
+                )
             )
-        )
+    out["n_models"] = len(named)
+    out["identical_pairs"] = identical
     out["duplicates"] = duplicates
     return out
 

@@ -252,8 +252,9 @@ def write(path, rows, fits, extra, arguments, overrides):
         portfolios = geometry["portfolios"]
         lines += [
             "",
-            "## Geometry (onboarding embedder, first seed, pool embedded from all",
-            "train queries)",
+            "## Geometry (onboarding embedder, first seed)",
+            "",
+            "The pool's models are embedded from all their train queries.",
             "",
             "Distance between two models' embeddings against the rate at which",
             "their test-query scores differ:",
@@ -301,8 +302,12 @@ def write(path, rows, fits, extra, arguments, overrides):
             "|---|---|---|",
             *[f"| {b} | {m} | {a:.3f} |" for b, m, a in portfolios["coverage"]],
             "",
-            "Closest pairs among all 5,949 models (embedded from their train",
-            "queries), with the rate at which their train-query scores differ:",
+            f"Near-duplicates among all {geometry['n_models']:,} models (embedded",
+            "from their train queries): "
+            f"{geometry['identical_pairs']:,} pairs have identical train-query",
+            "evaluations (so identical embeddings: re-uploads and results scraped",
+            "twice). The closest pairs whose evaluations differ, with the rate at",
+            "which their scores differ on the queries both have:",
             "",
             "| model | model | cosine distance | common queries | disagreement |",
             "|---|---|---|---|---|",
