@@ -416,7 +416,10 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 scores, _ = pad(
                     [ragged.set_scores(i) for i in batch], 0.0, torch.float32
                 )
-                codes, mask = codes.to(device), mask.to(device)
+                # Sets of one size (common after bucketing) need no mask, which
+                # lets attention take its unmasked fast path.
+                mask = None if mask.all() else mask.to(device)
+                codes = codes.to(device)
                 z = encoder.embed_projected(projected, codes, scores.to(device), mask)
                 out[batch] = z.float().cpu().numpy()
         return out

@@ -77,6 +77,24 @@ def test_latent_bottleneck_shape_and_masking():
     torch.testing.assert_close(scrambled[mask], out[mask])
 
 
+def test_one_shared_query_equals_the_straightforward_block():
+    block = AttentionBlock(DIM, n_heads=2).eval()
+    with torch.no_grad():  # non-zero biases, so that folding them must be right
+        block.attention.to_key_value.bias.normal_()
+    tokens, mask = _tokens_and_mask()
+    query = torch.randn(DIM)
+    straight = block(query.expand(BATCH, 1, DIM), tokens, mask)[:, 0]
+    torch.testing.assert_close(
+        block.one_query(query, tokens, mask), straight, atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(
+        block.one_query(query, tokens),
+        block(query.expand(BATCH, 1, DIM), tokens)[:, 0],
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
 def test_attention_pooling_shape_and_masking():
     pooling = AttentionPooling(DIM, n_heads=2).eval()
     tokens, mask = _tokens_and_mask()

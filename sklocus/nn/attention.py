@@ -65,6 +65,47 @@ class MultiHeadAttention(nn.Module):
         )
         return self.to_output(out.transpose(1, 2).reshape(batch, n_queries, dim))
 
+    def one_query(self, query, keys, key_mask=None):
+        """Attend with one query shared by every set: ``forward`` for pooling.
+
+        Equal to ``forward(query.expand(batch, 1, dim), keys, key_mask)[:, 0]`` but
+        the keys and values are never projected: a head's score of key ``x`` is
+        ``q_h . (W_k x + b_k)_h``, i.e. ``x`` dotted with ``W_k,h^T q_h`` (the bias
+        term is the same for every key, and softmax ignores it), and the attended
+        value is ``W_v,h (sum_i a_i x_i) + b_v,h sum_i a_i``. That costs ``2 *
+        n_heads * dim`` multiply-adds per key instead of the ``2 * dim * dim`` of
+        projecting it.
+
+        Parameters
+        ----------
+        query : Tensor of shape (dim,)
+        keys : Tensor of shape (batch, n_keys, dim)
+        key_mask : BoolTensor of shape (batch, n_keys), optional
+            ``True`` for real keys.
+
+        Returns
+        -------
+        Tensor of shape (batch, dim)
+        """
+        batch, _, dim = keys.shape
+        heads, head_dim = self.n_heads, dim // self.n_heads
+        q = self.to_query(query).view(heads, head_dim) * head_dim**-0.5
+        weight_key, weight_value = self.to_key_value.weight.view(
+            2, heads, head_dim, dim
+        )
+        bias_value = self.to_key_value.bias[dim:].view(heads, head_dim)
+        reading = torch.einsum("hd,hde->eh", q, weight_key)  # (dim, heads)
+        scores = keys @ reading  # (batch, n_keys, heads)
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask[..., None], float("-inf"))
+        weights = scores.softmax(dim=1)
+        if self.training and self.dropout > 0:
+            weights = F.dropout(weights, self.dropout)
+        mixed = weights.transpose(1, 2) @ keys  # (batch, heads, dim)
+        values = torch.einsum("bhe,hde->bhd", mixed, weight_value)
+        values = values + bias_value * weights.sum(dim=1)[..., None]
+        return self.to_output(values.reshape(batch, dim))
+
 
 class AttentionBlock(nn.Module):
     """``Block(Q, K, V)``: attention with a residual, layer norm and feed-forward.
@@ -113,6 +154,30 @@ class AttentionBlock(nn.Module):
         attended = self.attention(
             self.norm_queries(queries), self.norm_keys(keys), key_mask
         )
+        return self._residual_and_feed_forward(queries, attended)
+
+    def one_query(self, query, keys, key_mask=None):
+        """Apply the block with one query shared by every set.
+
+        Equal to ``forward(query.expand(batch, 1, dim), keys, key_mask)[:, 0]``,
+        through :meth:`MultiHeadAttention.one_query`.
+
+        Parameters
+        ----------
+        query : Tensor of shape (dim,)
+        keys : Tensor of shape (batch, n_keys, dim)
+        key_mask : BoolTensor of shape (batch, n_keys), optional
+
+        Returns
+        -------
+        Tensor of shape (batch, dim)
+        """
+        attended = self.attention.one_query(
+            self.norm_queries(query), self.norm_keys(keys), key_mask
+        )
+        return self._residual_and_feed_forward(query.expand_as(attended), attended)
+
+    def _residual_and_feed_forward(self, queries, attended):
         hidden = queries + self.dropout(attended)
         return hidden + self.dropout(self.feed_forward(self.norm_feed_forward(hidden)))
 
@@ -191,5 +256,4 @@ class AttentionPooling(nn.Module):
         -------
         Tensor of shape (batch, dim)
         """
-        seed = self.seed.expand(tokens.shape[0], -1, -1)
-        return self.block(seed, tokens, mask)[:, 0]
+        return self.block.one_query(self.seed[0], tokens, mask)
