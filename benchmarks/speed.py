@@ -23,6 +23,7 @@ every pair's concatenated features. So they follow any change of the architectur
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import platform
 import resource
 import time
@@ -33,7 +34,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from sklocus import LocusEmbedder
+from sklocus._embedder import _MAX_TOKENS
 from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
 
 N_MODELS, N_EVALS, N_QUERIES, QUERY_DIM = 112, 4096, 4096, 768
 
@@ -66,14 +69,59 @@ def matmul_peak(device, size=4096):
     return 2 * size**3 / best_time(product)
 
 
-def straightforward_embedding(network, vectors, scores):
-    """The encoder as METHOD.md writes it: the tokenizer on every pair's features."""
-    encoder = network.encoder
+def straightforward_tokens(network, vectors, scores):
+    """The tokenizer MLP on every (model, query) pair's full features."""
     signed = vectors * (2 * scores[..., None] - 1)
-    tokens = encoder.tokenizer.mlp(torch.cat([vectors, scores[..., None], signed], -1))
+    features = torch.cat([vectors, scores[..., None], signed], -1)
+    return network.encoder.tokenizer.mlp(features)
+
+
+def encode_tokens(network, tokens, fold_pooling):
+    """Bottleneck layers, pooling and output; pooling folded or as a plain block."""
+    encoder = network.encoder
     for layer in encoder.layers:
         tokens = layer(tokens)
-    return encoder.output(encoder.pooling(tokens))
+    if fold_pooling:
+        pooled = encoder.pooling(tokens)
+    else:
+        seed = encoder.pooling.seed.expand(len(tokens), -1, -1)
+        pooled = encoder.pooling.block(seed, tokens)[:, 0]
+    return encoder.output(pooled)
+
+
+def straightforward_embedding(network, vectors, scores):
+    """The encoder as METHOD.md writes it: every pair tokenized from its features,
+    the pooling block projecting every token to keys and values."""
+    tokens = straightforward_tokens(network, vectors, scores)
+    return encode_tokens(network, tokens, fold_pooling=False)
+
+
+def embedding_variants(network, table, codes, scores, batch):
+    """Each optimisation added in turn, on the same sets in chunks of ``batch``."""
+    tokenizer = network.encoder.tokenizer
+
+    def chunks(step):
+        def run():
+            with torch.inference_mode():
+                projected = tokenizer.project_queries(table)
+                for first in range(0, len(codes), batch):
+                    part = slice(first, first + batch)
+                    step(projected, codes[part], scores[part])
+
+        return run
+
+    return {
+        "straightforward (every pair tokenized from its 2 x 768 + 1 features; "
+        "pooling projects every token)": chunks(
+            lambda _, c, s: straightforward_embedding(network, table[c], s)
+        ),
+        "+ each distinct query projected once by the tokenizer's first layer": chunks(
+            lambda p, c, s: encode_tokens(network, tokenizer(p, c, s), False)
+        ),
+        "+ pooling without key and value projections (the current encoder)": chunks(
+            lambda p, c, s: network.encoder.embed_projected(p, c, s)
+        ),
+    }
 
 
 def straightforward_scores(network, embeddings, vectors):
@@ -155,25 +203,69 @@ def measure_device(device, data, queries):
         synchronize(device)
 
     z = embedder.transform(sets)
+    table = torch.as_tensor(data.query_vectors, device=device)
+    codes = torch.arange(N_EVALS, device=device).expand(N_MODELS, -1)
+    scores, _ = to_matrix(sets, queries=data.query_ids)
+    scores = torch.as_tensor(scores, dtype=torch.float32, device=device)
+    query_table = torch.as_tensor(
+        embedder.query_encoder_.transform(queries), device=device
+    )
+    z_tensor = torch.as_tensor(z, device=device)
+
+    def straightforward_score():
+        with torch.inference_mode():
+            for first in range(0, N_MODELS, 16):
+                straightforward_scores(
+                    network, z_tensor[first : first + 16], query_table
+                )
+        synchronize(device)
+
+    variants = [
+        rate_row(name, best_time(run, repeats=2), embed_flops, peak)
+        for name, run in embedding_variants(
+            network, table, codes, scores, _MAX_TOKENS // N_EVALS
+        ).items()
+    ]
 
     def score():
         embedder.predict_correctness(z, queries)
         synchronize(device)
 
-    return peak, [
-        rate_row(
-            f"embed {N_MODELS} models x {N_EVALS} evaluations",
-            best_time(embed),
-            embed_flops,
-            peak,
-        ),
-        rate_row(
-            f"score {len(queries)} queries x {N_MODELS} models",
-            best_time(score),
-            score_flops,
-            peak,
-        ),
-    ]
+    precision_rows = []
+    for precision in ("bfloat16", "float16"):
+        embedder.set_params(inference_precision=precision)
+        seconds = best_time(embed, repeats=1)
+        z_low = embedder.transform(sets)
+        deviation = np.linalg.norm(z_low - z, axis=1) / np.linalg.norm(z, axis=1)
+        precision_rows.append(
+            f"| {precision} | {seconds * 1e3:.1f} ms | {deviation.max():.2e} |"
+        )
+    embedder.set_params(inference_precision="float32")
+    return (
+        peak,
+        precision_rows,
+        [
+            *variants,
+            rate_row(
+                f"transform: embed {N_MODELS} models x {N_EVALS} evaluations",
+                best_time(embed),
+                embed_flops,
+                peak,
+            ),
+            rate_row(
+                "score, straightforward (the MLP on every pair's [z, u, z * u])",
+                best_time(straightforward_score, repeats=2),
+                score_flops,
+                peak,
+            ),
+            rate_row(
+                f"predict_correctness: {len(queries)} queries x {N_MODELS} models",
+                best_time(score),
+                score_flops,
+                peak,
+            ),
+        ],
+    )
 
 
 def training_throughput(device):
@@ -240,6 +332,7 @@ def encoding_throughput(n_texts=500):
         f"Question {i}: what is {i} times {i + 7}, in words?" for i in range(n_texts)
     ]
     encoder = SentenceEncoder()
+    encoder.transform(["Load the model before the clock starts."])
     start = time.perf_counter()
     encoder.transform(texts)
     first = time.perf_counter() - start
@@ -275,7 +368,7 @@ def main():
         "straightforward computation could run at the machine's matmul peak.",
     ]
     for device in devices:
-        peak, rows = measure_device(device, data, queries)
+        peak, precision_rows, rows = measure_device(device, data, queries)
         print(device, peak, rows, flush=True)
         lines += [
             "",
@@ -286,6 +379,14 @@ def main():
             "| operation | time | nominal FLOPs | effective rate | of peak |",
             "|---|---|---|---|---|",
             *rows,
+            "",
+            f"`transform` of the same {N_MODELS} models with `inference_precision` "
+            "(autocast),",
+            "and the largest relative change of an embedding against float32:",
+            "",
+            "| precision | time | largest relative change |",
+            "|---|---|---|",
+            *precision_rows,
         ]
         throughput, draws = training_throughput(device)
         lines += [
@@ -293,13 +394,15 @@ def main():
             f"Training throughput (fit at the default settings, 384-d queries, "
             f"epochs of {draws} model draws): {throughput:.0f} model sets per second.",
         ]
-    checkpoints = streamed_scale(arguments.scale_models)
+    # In a fresh process, so that its peak memory is the streaming's alone.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        checkpoints = pool.apply(streamed_scale, (arguments.scale_models,))
     lines += [
         "",
         f"## Scale: {arguments.scale_models:,} models x 256 evaluations, streamed",
         "",
-        "Batches of 2,000 random models (384-d queries) through `transform`; peak",
-        "resident memory of the whole process so far:",
+        "Batches of 2,000 random models (384-d queries) through `transform`, in a",
+        "process of their own; its peak resident memory so far (input included):",
         "",
         "| models embedded | elapsed | peak RSS |",
         "|---|---|---|",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import numpy as np
@@ -13,7 +14,7 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, ProgressBar
@@ -122,6 +123,12 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         Epochs without improvement of the validation loss before training stops.
     device : str, default="auto"
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``...
+    inference_precision : {"float32", "bfloat16", "float16"}, default="float32"
+        Precision of ``transform``, ``predict_correctness`` and ``score``: the
+        16-bit choices run them under :func:`torch.autocast`, which is faster where
+        the hardware has 16-bit matrix units (GPUs' tensor cores) and moves
+        embeddings by a small relative amount (measured in docs/performance.md).
+        Training is always float32. May be changed on a fitted embedder.
     random_state : int or None, default=None
         Seeds the initialisation and every draw of training; ``fit`` leaves the
         global torch and numpy random states as it found them.
@@ -174,6 +181,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "validation_queries": [Interval(numbers.Real, 0, 1, closed="left")],
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
+        "inference_precision": [StrOptions({"float32", "bfloat16", "float16"})],
         "random_state": ["random_state"],
         "callbacks": [list, None],
         "verbose": ["verbose"],
@@ -202,6 +210,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         validation_queries=0.1,
         patience=5,
         device="auto",
+        inference_precision="float32",
         random_state=None,
         callbacks=None,
         verbose=0,
@@ -226,6 +235,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.validation_queries = validation_queries
         self.patience = patience
         self.device = device
+        self.inference_precision = inference_precision
         self.random_state = random_state
         self.callbacks = callbacks
         self.verbose = verbose
@@ -404,11 +414,24 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         ragged = check_evaluation_sets(X)
         return self._embed(ragged, self._encode(ragged.queries))
 
+    def _inference(self):
+        """Context of every inference pass: no autograd, and autocast if asked."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        if self.inference_precision != "float32":
+            stack.enter_context(
+                torch.autocast(
+                    device_type=torch.device(self.device_).type,
+                    dtype=getattr(torch, self.inference_precision),
+                )
+            )
+        return stack
+
     def _embed(self, ragged, vectors):
         encoder = self.net_.module_.encoder
         device = self.device_
         out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
-        with torch.inference_mode():
+        with self._inference():
             table = torch.as_tensor(vectors, device=device)
             projected = encoder.tokenizer.project_queries(table)
             for batch in size_buckets(ragged.sizes, _MAX_TOKENS, _MAX_SETS):
@@ -463,7 +486,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         device = self.device_
         out = np.empty((len(embeddings), len(vectors)), dtype=np.float32)
         step = max(1, _MAX_PAIRS // max(len(vectors), 1))
-        with torch.inference_mode():
+        with self._inference():
             u = torch.as_tensor(vectors, device=device)
             for start in range(0, len(embeddings), step):
                 z = torch.as_tensor(embeddings[start : start + step], device=device)
@@ -530,7 +553,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         device = self.device_
         sizes = np.array([len(codes) for codes in codes_per_model])
         out = [None] * len(codes_per_model)
-        with torch.inference_mode():
+        with self._inference():
             projected = predictor.project_query(torch.as_tensor(vectors, device=device))
             for batch in size_buckets(sizes, _MAX_TOKENS, _MAX_SETS):
                 codes, _ = pad([codes_per_model[i] for i in batch], 0, torch.long)

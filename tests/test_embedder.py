@@ -164,6 +164,24 @@ def test_predict_correctness_gives_probabilities(fitted, data):
     )
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_16_bit_inference_stays_close_to_float32(fitted, data, precision):
+    import copy
+
+    low = copy.deepcopy(fitted).set_params(inference_precision=precision)
+    sets, queries = data.evaluation_sets[:6], data.query_ids[:9]
+    z, z_low = fitted.transform(sets), low.transform(sets)
+    assert z_low.dtype == np.float32
+    assert not np.array_equal(z_low, z)  # it did run in 16 bits
+    relative = np.linalg.norm(z_low - z, axis=1) / np.linalg.norm(z, axis=1)
+    assert relative.max() < 0.05, relative
+    p, p_low = (
+        fitted.predict_correctness(z, queries),
+        low.predict_correctness(z, queries),
+    )
+    assert np.abs(p_low - p).max() < 0.02
+
+
 def test_score_is_deterministic_accuracy(fitted, data):
     score = fitted.score(data.evaluation_sets)
     assert 0.0 <= score <= 1.0
