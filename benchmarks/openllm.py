@@ -54,7 +54,8 @@ LABEL_FREE = (
     "MF (dim 16)",
     "IRT (2PL)",
 )
-METHODS = (LOCUS, *LABEL_FREE, "per-subject accuracy (labels)")
+LABELS = "per-subject accuracy (labels)"
+METHODS = (LOCUS, *LABEL_FREE, LABELS)
 
 
 class OpenLLM:
@@ -120,7 +121,7 @@ def predict_all(data, embedder, factor_models, drawn):
         "IRT (2PL)": factor_models["irt"].predict(
             observed, data.train_vectors, data.test_vectors
         ),
-        "per-subject accuracy (labels)": baselines.per_subject_accuracy(
+        LABELS: baselines.per_subject_accuracy(
             observed, data.train_subjects, data.test_subjects
         ),
     }
@@ -160,7 +161,7 @@ def run_setting(data, setting, seed, overrides):
     fit = dict(
         setting=setting,
         seed=seed,
-        models=len(training),
+        models=len(data.sets(training)),
         epochs=len(embedder.history_),
         seconds=seconds,
         oracle=float(np.nanmax(truth, axis=0).mean()),
@@ -364,7 +365,16 @@ def main():
         extra["geometry"] = geometry(data, embedder, pool)
         extra["query_sets"] = query_set_ablation(data, pool, seed, overrides, embedder)
     extra["seconds"] = time.perf_counter() - start
-    report.write(Path(arguments.out), rows, fits, extra, arguments, overrides)
+    protocol = dict(
+        locus=LOCUS,
+        label_free=LABEL_FREE,
+        labels=LABELS,
+        methods=METHODS,
+        table_sizes=TABLE_SIZES,
+        n_train=len(data.train_ids),
+        n_test=len(data.test_ids),
+    )
+    report.write(Path(arguments.out), rows, fits, extra, arguments, overrides, protocol)
 
 
 if __name__ == "__main__":

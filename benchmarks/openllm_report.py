@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
+import subprocess
 
 import matplotlib
 import numpy as np
@@ -39,12 +41,12 @@ def _main_table(frame, setting, sizes, methods):
     return lines
 
 
-def _bar_verdict(frame, label_free, locus, labels_method):
+def _bar_verdict(frame, sizes, label_free, locus, labels_method):
     """Whether LOCUS beats each label-free baseline beyond the spread (onboarding)."""
     part = frame[frame["setting"] == "onboarding"]
     lines = []
     for n in sorted(part["n"].unique()):
-        if n not in (64, 128, 256, 512):
+        if n not in sizes:
             continue
         at_n = part[part["n"] == n]
         for metric in ("correctness", "routing"):
@@ -57,7 +59,9 @@ def _bar_verdict(frame, label_free, locus, labels_method):
                     continue
                 difference = ours - theirs  # paired by seed
                 spread = difference.std(ddof=1) if len(difference) > 1 else np.nan
-                if method == labels_method:
+                if method != labels_method and len(difference) < 2:
+                    verdict = "one seed: no spread measured"
+                elif method == labels_method:
                     verdict = (
                         "matches or beats" if difference.mean() >= -0.0025 else "below"
                     )
@@ -158,31 +162,44 @@ def _matching_n(frame, methods, locus):
     return lines
 
 
-def write(path, rows, fits, extra, arguments, overrides):
-    """Write the results page and its figures next to it."""
-    from openllm import LABEL_FREE, LOCUS, METHODS, TABLE_SIZES
+def write(path, rows, fits, extra, arguments, overrides, protocol):
+    """Write the results page and its figures next to it.
 
+    ``protocol`` names the methods and sizes: a dict with ``locus``, ``label_free``,
+    ``labels``, ``methods``, ``table_sizes``, ``n_train`` and ``n_test``.
+    """
+    LOCUS, LABEL_FREE = protocol["locus"], protocol["label_free"]
+    METHODS, TABLE_SIZES = protocol["methods"], protocol["table_sizes"]
+    n_test = protocol["n_test"]
     frame = pd.DataFrame(rows)
+    routing = frame[frame["method"] == LOCUS]["routing"].mean()
+    standard_error = np.sqrt(routing * (1 - routing) / n_test)
     figures = path.parent / "results"
     figures.mkdir(parents=True, exist_ok=True)
     seeds = " ".join(str(s) for s in arguments.seeds)
     command = (
         f"python benchmarks/openllm.py ../shared/data/openllm --seeds {seeds} "
-        f"--settings {' '.join(arguments.settings)}"
+        f"--settings {' '.join(arguments.settings)} --encoder {arguments.encoder} "
+        f"--out {arguments.out}"
     )
     if overrides:
-        command += " --set " + " ".join(f"{k}={v!r}" for k, v in overrides.items())
+        command += " --set " + " ".join(
+            shlex.quote(f"{k}={v!r}") for k, v in overrides.items()
+        )
     lines = [
         "# Results on the Open LLM Leaderboard data",
         "",
-        f"Written by `{command}` in {extra['seconds'] / 60:.0f} minutes on "
+        f"Written by `{command}` at commit {_commit()} in "
+        f"{extra['seconds'] / 60:.0f} minutes on "
         f"{platform.machine()} with {os.cpu_count()} CPU cores; every figure below",
         "comes from that run. Protocol: benchmarks/openllm.py's docstring.",
         f"Encoder: {arguments.encoder}. Seeds (one pool of 112 fully observed dense",
         f"models each): {seeds}; a cell is the mean over seeds ± their standard",
-        "deviation. Test queries: 269;",
-        "one routing figure has a standard error of about 2 points. "
+        f"deviation. Test queries: {n_test}; one routing figure has a standard",
+        f"error of about {standard_error:.3f} (binomial, at LOCUS's mean routing). "
         f"LocusEmbedder parameters changed from the defaults: {overrides or 'none'}.",
+        "Changes to the recipe tried along the way, and what they did:",
+        "[tuning.md](tuning.md).",
         "",
         "## Training",
         "",
@@ -215,7 +232,7 @@ def write(path, rows, fits, extra, arguments, overrides):
             "LOCUS minus each baseline, paired by seed; 'beyond spread' means the mean",
             "difference exceeds its standard deviation across seeds.",
             "",
-            *_bar_verdict(frame, LABEL_FREE, LOCUS, "per-subject accuracy (labels)"),
+            *_bar_verdict(frame, TABLE_SIZES, LABEL_FREE, LOCUS, protocol["labels"]),
             "",
             "## Sample efficiency (onboarding)",
             "",
@@ -231,7 +248,8 @@ def write(path, rows, fits, extra, arguments, overrides):
             "## Stability (onboarding embedder, first seed)",
             "",
             "Distance from the embedding of n evaluations (5 draws) to the embedding",
-            "of all 806 train queries, divided by the median distance between two",
+            f"of all {protocol['n_train']} train queries, divided by the median "
+            "distance between two",
             f"pool models' full embeddings ({stability['scale']:.3f}); then, at",
             "n = 128, distance to a reference subset's embedding against the",
             "fraction of the reference's queries shared.",
@@ -334,3 +352,17 @@ def write(path, rows, fits, extra, arguments, overrides):
             ],
         ]
     path.write_text("\n".join(lines) + "\n")
+
+
+def _commit():
+    """The checked-out commit, marked when the tree has uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{head}{' (with uncommitted changes)' if dirty else ''}" or "unknown"

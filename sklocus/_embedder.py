@@ -416,6 +416,11 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     def _inference(self):
         """Context of every inference pass: no autograd, and autocast if asked."""
+        if self.inference_precision not in ("float32", "bfloat16", "float16"):
+            raise ValueError(
+                f"inference_precision={self.inference_precision!r}; expected "
+                "'float32', 'bfloat16' or 'float16'"
+            )
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode())
         if self.inference_precision != "float32":

@@ -182,6 +182,14 @@ def test_16_bit_inference_stays_close_to_float32(fitted, data, precision):
     assert np.abs(p_low - p).max() < 0.02
 
 
+def test_inference_precision_set_after_fit_is_checked(fitted, data):
+    import copy
+
+    wrong = copy.deepcopy(fitted).set_params(inference_precision="int8")
+    with pytest.raises(ValueError, match="inference_precision='int8'; expected"):
+        wrong.transform(data.evaluation_sets[:2])
+
+
 def test_score_is_deterministic_accuracy(fitted, data):
     score = fitted.score(data.evaluation_sets)
     assert 0.0 <= score <= 1.0
