@@ -38,7 +38,7 @@ from sklocus.nn.training import (
 _MAX_TOKENS = 1 << 16
 _MAX_SETS = 256
 # predict_correctness works through at most this many (model, query) pairs at once.
-_MAX_PAIRS = 1 << 18
+_MAX_PAIRS = 1 << 20
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 

@@ -189,6 +189,8 @@ def test_predictor_shape_and_pairwise_equals_forward():
     queries = torch.randn(6, QUERY_DIM)
     pairwise = predictor.pairwise(z, queries)
     assert pairwise.shape == (4, 6)
+    # Chunks of queries (one of them short) give the same logits.
+    torch.testing.assert_close(predictor.pairwise(z, queries, chunk=4), pairwise)
     all_queries = torch.arange(6).expand(4, -1)
     straight = predictor(z, queries, all_queries)
     torch.testing.assert_close(pairwise, straight, atol=1e-5, rtol=1e-5)

@@ -57,18 +57,23 @@ class CorrectnessPredictor(nn.Module):
         z = embeddings.unsqueeze(1).expand_as(u)
         return self.mlp(torch.cat([z, u, z * u], dim=-1)).squeeze(-1)
 
-    def pairwise(self, embeddings, query_vectors):
+    def pairwise(self, embeddings, query_vectors, chunk=512):
         """Score every model on every query.
 
         Equal to ``forward`` on every (model, query) pair, but computed without
         building the ``(n_models, n_queries, 3 * embedding_dim)`` features: the first
-        layer splits into a part for ``z``, one for ``u`` and one for ``z * u``, and the
-        last is a batched matrix product.
+        layer splits into a part for ``z``, one for ``u`` and one for ``z * u``; the
+        last is ``(z * u) @ W_zu.T = u @ (W_zu * z).T``, so for a chunk of queries
+        the interaction with every model is one matrix product against the stacked
+        ``W_zu * z_m``. Chunks of ``chunk`` queries keep the hidden layer small
+        enough to stay in cache.
 
         Parameters
         ----------
         embeddings : Tensor of shape (n_models, embedding_dim)
         query_vectors : Tensor of shape (n_queries, query_dim)
+        chunk : int, default=512
+            Queries scored at once.
 
         Returns
         -------
@@ -76,13 +81,18 @@ class CorrectnessPredictor(nn.Module):
             Logits.
         """
         first, activation, _, last = self.mlp
-        dim = embeddings.shape[1]
+        n_models, dim = embeddings.shape
         weight_z, weight_u, weight_zu = first.weight.split(dim, dim=1)
+        hidden_dim = first.out_features
+        # (dim, n_models * hidden): column block m is (W_zu * z_m).T.
+        stacked = (weight_zu[None] * embeddings[:, None, :]).reshape(-1, dim).T
+        model_part = embeddings @ weight_z.T + first.bias  # (n_models, hidden)
         u = self.project_query(query_vectors)
-        # (z * u) @ weight_zu.T for every pair = u @ (weight_zu * z_m).T for each m.
-        interaction = torch.matmul(
-            u, (weight_zu * embeddings[:, None, :]).transpose(1, 2)
-        )
-        hidden = interaction + (embeddings @ weight_z.T + first.bias)[:, None, :]
-        hidden = hidden + (u @ weight_u.T)[None, :, :]
-        return last(activation(hidden)).squeeze(-1)
+        query_part = u @ weight_u.T  # (n_queries, hidden)
+        out = []
+        for start in range(0, len(u), chunk):
+            rows = slice(start, start + chunk)
+            hidden = (u[rows] @ stacked).view(-1, n_models, hidden_dim)
+            hidden = hidden + model_part + query_part[rows, None, :]
+            out.append(last(activation(hidden)).squeeze(-1))  # (chunk, n_models)
+        return torch.cat(out).T
