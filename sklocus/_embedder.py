@@ -39,6 +39,8 @@ _MAX_TOKENS = 1 << 16
 _MAX_SETS = 256
 # predict_correctness works through at most this many (model, query) pairs at once.
 _MAX_PAIRS = 1 << 20
+# Choices of inference_precision (torch dtype names).
+_PRECISIONS = ("float32", "bfloat16", "float16")
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 
@@ -184,7 +186,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "validation_queries": [Interval(numbers.Real, 0, 1, closed="left")],
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
-        "inference_precision": [StrOptions({"float32", "bfloat16", "float16"})],
+        "inference_precision": [StrOptions(set(_PRECISIONS))],
         "random_state": ["random_state"],
         "callbacks": [list, None],
         "verbose": ["verbose"],
@@ -419,10 +421,11 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     def _inference(self):
         """Context of every inference pass: no autograd, and autocast if asked."""
-        if self.inference_precision not in ("float32", "bfloat16", "float16"):
+        # Checked here too: set_params on a fitted embedder skips fit's validation.
+        if self.inference_precision not in _PRECISIONS:
             raise ValueError(
-                f"inference_precision={self.inference_precision!r}; expected "
-                "'float32', 'bfloat16' or 'float16'"
+                f"inference_precision={self.inference_precision!r}; expected one of "
+                f"{', '.join(map(repr, _PRECISIONS))}"
             )
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode())
