@@ -498,10 +498,11 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         out = np.empty((len(embeddings), len(vectors)), dtype=np.float32)
         step = max(1, _MAX_PAIRS // max(len(vectors), 1))
         with self._inference():
-            u = torch.as_tensor(vectors, device=device)
+            # Project the queries once, not once per chunk of models.
+            u = predictor.project_query(torch.as_tensor(vectors, device=device))
             for start in range(0, len(embeddings), step):
                 z = torch.as_tensor(embeddings[start : start + step], device=device)
-                logits = predictor.pairwise(z, u)
+                logits = predictor.pairwise_projected(z, u)
                 out[start : start + step] = torch.sigmoid(logits).float().cpu().numpy()
         return out
 

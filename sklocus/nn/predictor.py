@@ -80,6 +80,16 @@ class CorrectnessPredictor(nn.Module):
         Tensor of shape (n_models, n_queries)
             Logits.
         """
+        return self.pairwise_projected(
+            embeddings, self.project_query(query_vectors), chunk
+        )
+
+    def pairwise_projected(self, embeddings, projected, chunk=512):
+        """Like :meth:`pairwise`, from ``project_query(query_vectors)``.
+
+        Lets a caller that scores many chunks of models against one set of queries
+        project the queries once.
+        """
         first, activation, _, last = self.mlp
         n_models, dim = embeddings.shape
         weight_z, weight_u, weight_zu = first.weight.split(dim, dim=1)
@@ -87,7 +97,7 @@ class CorrectnessPredictor(nn.Module):
         # (dim, n_models * hidden): column block m is (W_zu * z_m).T.
         stacked = (weight_zu[None] * embeddings[:, None, :]).reshape(-1, dim).T
         model_part = embeddings @ weight_z.T + first.bias  # (n_models, hidden)
-        u = self.project_query(query_vectors)
+        u = projected
         query_part = u @ weight_u.T  # (n_queries, hidden)
         out = []
         for start in range(0, len(u), chunk):
