@@ -33,7 +33,7 @@ def _relation(data, i, j):
     return ""
 
 
-def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=14, seed=0, out=sys.stdout):
+def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=4, seed=0, out=sys.stdout):
     """Train on synthetic models, onboard new ones, and report how well it works.
 
     Parameters
@@ -44,8 +44,9 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=14, seed=0, out=sys.
         Models held out of training and onboarded with one forward pass.
     n_queries : int, default=1500
         Queries generated; a fifth are test queries never used to embed.
-    max_epochs : int, default=14
-        Training epochs (early stopping may end sooner).
+    max_epochs : int, default=4
+        Training epochs, each of 4,096 model draws (the embedder's default
+        ``epoch_size``); early stopping may end sooner.
     seed : int, default=0
         Seeds the data and the training.
     out : file, default=sys.stdout
@@ -136,7 +137,7 @@ def main(argv=None):
         "demo", help="train, onboard and evaluate on built-in data"
     )
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--epochs", type=int, default=14, help="most training epochs")
+    run.add_argument("--epochs", type=int, default=4, help="most training epochs")
     arguments = parser.parse_args(argv)
     if arguments.command == "demo":
         demo(max_epochs=arguments.epochs, seed=arguments.seed)

@@ -117,7 +117,8 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
     >>> scores, queries = to_matrix(data.evaluation_sets)
     >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
     >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
-    ...                          n_latents=4, max_epochs=2, random_state=0)
+    ...                          n_latents=4, max_epochs=2, epoch_size=256,
+    ...                          random_state=0)
     >>> router = LocusRouter(embedder).fit(queries, Y)
     >>> router.predict(queries[:3]).shape
     (3,)
