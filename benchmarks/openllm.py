@@ -10,6 +10,10 @@ data's fixed ``split``; embeddings and baseline fits only ever see train-query
 evaluations; every metric is on test queries. For each seed, a pool of 112 fully
 observed dense (non-MoE) models is drawn.
 
+Queries are encoded by the data's precomputed all-mpnet-base-v2 encodings (the
+paper's encoder; ``--encoder all-MiniLM-L6-v2`` for the smaller one) for LOCUS and
+every baseline that reads encodings.
+
 - *onboarding*: ``LocusEmbedder`` (defaults, ``random_state=seed``) is fitted on the
   train-query evaluations of every model outside the pool, partially observed ones
   included; the pool's models are then embedded by one forward pass from ``n`` of
@@ -323,7 +327,12 @@ def query_set_ablation(data, pool, seed, overrides, embedder_all):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", help="folder of the Open LLM data")
-    parser.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    parser.add_argument(
+        "--encoder",
+        default="all-mpnet-base-v2",
+        help="precomputed query encodings to use (the paper's all-mpnet-base-v2, "
+        "or all-MiniLM-L6-v2)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument(
         "--settings",
