@@ -34,8 +34,12 @@ from sklocus.nn.training import (
     draws_per_model,
 )
 
-# Inference batches: at most this many (set x evaluation) tokens and sets at once.
-_MAX_TOKENS = 1 << 16
+# Inference batches: at most _MAX_SETS sets, and at most as many (set x evaluation)
+# tokens as keep a batch's activations (tokens x embedding_dim floats) within
+# _CPU_BATCH_FLOATS on a CPU, where cache-sized batches run 1.5x faster than 2^16
+# tokens at the default width (docs/performance.md), or _GPU_MAX_TOKENS on a GPU.
+_CPU_BATCH_FLOATS = 1 << 20
+_GPU_MAX_TOKENS = 1 << 16
 _MAX_SETS = 256
 # predict_correctness works through at most this many (model, query) pairs at once.
 _MAX_PAIRS = 1 << 20
@@ -444,6 +448,12 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             )
         return stack
 
+    def _max_tokens(self):
+        """Most (set x evaluation) tokens of an inference batch on this device."""
+        if torch.device(self.device_).type == "cpu":
+            return max(_CPU_BATCH_FLOATS // self.embedding_dim, 1)
+        return _GPU_MAX_TOKENS
+
     def _embed(self, ragged, vectors):
         encoder = self.net_.module_.encoder
         device = self.device_
@@ -451,7 +461,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         with self._inference():
             table = torch.as_tensor(vectors, device=device)
             projected = encoder.tokenizer.project_queries(table)
-            for batch in size_buckets(ragged.sizes, _MAX_TOKENS, _MAX_SETS):
+            for batch in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
                 codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
                 scores, _ = pad(
                     [ragged.set_scores(i) for i in batch], 0.0, torch.float32
@@ -573,7 +583,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         out = [None] * len(codes_per_model)
         with self._inference():
             projected = predictor.project_query(torch.as_tensor(vectors, device=device))
-            for batch in size_buckets(sizes, _MAX_TOKENS, _MAX_SETS):
+            for batch in size_buckets(sizes, self._max_tokens(), _MAX_SETS):
                 codes, _ = pad([codes_per_model[i] for i in batch], 0, torch.long)
                 z = torch.as_tensor(embeddings[batch], device=device)
                 logits = predictor.score_projected(z, projected, codes.to(device))
