@@ -34,6 +34,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from sklocus import LocusEmbedder
+from sklocus._embedder import _GPU_MAX_TOKENS
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 
@@ -111,9 +112,10 @@ def embedding_variants(network, table, codes, scores, batch, device):
 
         return run
 
-    # The batches transform used before they were sized to the CPU's cache.
-    large = max((1 << 16) // codes.shape[1], 1)
-    current = chunks(lambda p, c, s: network.encoder.embed_projected(p, c, s), batch)
+    # The batches transform used on every device before CPU batches were sized to
+    # the cache (GPUs still use them).
+    large = max(_GPU_MAX_TOKENS // codes.shape[1], 1)
+    encoder = network.encoder.embed_projected
     return {
         f"straightforward (every pair tokenized from its 2 x 768 + 1 features; "
         f"pooling projects every token), batches of {large} sets": chunks(
@@ -122,11 +124,9 @@ def embedding_variants(network, table, codes, scores, batch, device):
         "+ each distinct query projected once by the tokenizer's first layer": chunks(
             lambda p, c, s: encode_tokens(network, tokenizer(p, c, s), False), large
         ),
-        "+ pooling without key and value projections": chunks(
-            lambda p, c, s: network.encoder.embed_projected(p, c, s), large
-        ),
+        "+ pooling without key and value projections": chunks(encoder, large),
         f"+ batches of {batch} sets ({batch * codes.shape[1]:,} tokens; on a GPU "
-        "they stay large) (the current encoder)": current,
+        "they stay large) (the current encoder)": chunks(encoder, batch),
     }
 
 
