@@ -379,6 +379,14 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             verbose=self.verbose,
         )
 
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        net = self.__dict__.get("net_")
+        if net is not None:
+            # skorch loads a network trained on a GPU onto the CPU where no GPU is
+            # present (warning with a DeviceWarning); inference follows the network.
+            self.device_ = str(net.device)
+
     @property
     def history_(self):
         """The skorch training history (one row per epoch)."""

@@ -356,6 +356,25 @@ def test_joblib_round_trip_in_a_fresh_process(fitted, data, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine with no GPU")
+def test_gpu_trained_embedder_loads_on_a_cpu_machine(fitted, data):
+    import copy
+    import pickle
+
+    from skorch.exceptions import DeviceWarning
+
+    # What a GPU-trained embedder looks like once pickled (tests/test_cuda.py
+    # checks the real thing on a GPU).
+    gpu = copy.deepcopy(fitted)
+    gpu.device_ = "cuda"
+    gpu.net_.device = "cuda"
+    with pytest.warns(DeviceWarning, match="no CUDA devices"):
+        loaded = pickle.loads(pickle.dumps(gpu))
+    assert loaded.device_ == "cpu"
+    sets = data.evaluation_sets[:3]
+    np.testing.assert_array_equal(loaded.transform(sets), fitted.transform(sets))
+
+
 def test_pipeline_and_set_output(fitted, data):
     pipeline = make_pipeline(
         LocusEmbedder(query_encoder=data.encoder, **TINY),
