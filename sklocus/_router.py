@@ -19,6 +19,11 @@ from sklocus.geometry import model_distances
 # memory stays bounded however many queries come in.
 _QUERY_CHUNK = 8192
 
+# Utilities this close to the best count as ties. A GPU rounds a row of a matrix
+# product differently depending on its place in the batch, so an exact copy of a
+# model can score a few float32 ulps above the original.
+_TIE = 1e-6
+
 
 def _check_cost(cost, names):
     """Return ``cost`` as a float array, one finite non-negative value per model."""
@@ -276,8 +281,9 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         Returns
         -------
         ndarray of shape (n_queries,)
-            The chosen model of each query (an entry of ``classes_``). Ties go to the
-            model listed first in ``classes_``.
+            The chosen model of each query (an entry of ``classes_``). Ties, models
+            whose utilities lie within 1e-6 of the best, go to the one listed first
+            in ``classes_``.
         """
         check_is_fitted(self, "embeddings_")
         excluded = self._select(exclude, "exclude")
@@ -286,7 +292,10 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         for start, probabilities in self._chunks(queries):
             utility = self._utility(probabilities)
             utility[:, excluded] = -np.inf
-            chosen[start : start + len(utility)] = np.argmax(utility, axis=1)
+            best = utility.max(axis=1, keepdims=True)
+            chosen[start : start + len(utility)] = np.argmax(
+                utility >= best - _TIE, axis=1
+            )
         return self.classes_[chosen]
 
     def score(self, X, Y, sample_weight=None):
