@@ -3,13 +3,14 @@
 One command measures everything and writes ``docs/performance.md``::
 
     python benchmarks/speed.py [--scale-models 100000] [--out docs/performance.md]
+        [--devices cpu cuda] [--scale-device cpu] [--skip-encoding]
 
 Figures: the float32 matmul peak; ``transform`` of 112 models x 4,096 evaluations
 with 768-d query vectors at the default architecture; ``predict_correctness`` of
 4,096 queries x 112 models; training throughput; a streamed ``transform`` of many
 models x 256 evaluations with its peak resident memory; ``SentenceEncoder``
 throughput with and without its cache; and, where CUDA is available, the first
-three on the GPU.
+four on the GPU (``--devices``; ``--scale-device cuda`` streams there too).
 
 Nominal FLOPs are those of the straightforward computation METHOD.md describes,
 counted by torch's ``FlopCounterMode`` (2 FLOPs per multiply-add; matrix products
@@ -302,7 +303,7 @@ def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def streamed_scale(n_models, batch=2000, n_evals=256):
+def streamed_scale(n_models, device, batch=2000, n_evals=256):
     """Stream ``n_models`` random models through ``transform`` in batches."""
     data = make_evaluations(
         n_models=64,
@@ -311,7 +312,7 @@ def streamed_scale(n_models, batch=2000, n_evals=256):
         query_dim=384,
         random_state=0,
     )
-    embedder = fitted_embedder(data, "cpu")
+    embedder = fitted_embedder(data, device)
     ids = np.array(data.query_ids)
     rng = np.random.default_rng(0)
     out = np.empty((n_models, embedder.embedding_dim), dtype=np.float32)
@@ -331,7 +332,12 @@ def streamed_scale(n_models, batch=2000, n_evals=256):
         out[first : first + size] = embedder.transform(sets)
         done = first + size
         if done in (n_models // 10, n_models) or done == batch:
-            checkpoints.append((done, time.perf_counter() - start, peak_rss_mib()))
+            gpu = (
+                torch.cuda.max_memory_allocated() / 2**20
+                if device.startswith("cuda")
+                else None
+            )
+            checkpoints.append((done, time.perf_counter() - start, peak_rss_mib(), gpu))
     return checkpoints
 
 
@@ -356,6 +362,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale-models", type=int, default=100_000)
     parser.add_argument("--out", default="docs/performance.md")
+    parser.add_argument(
+        "--devices",
+        nargs="+",
+        default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []),
+        help="devices to measure embedding, scoring and training on",
+    )
+    parser.add_argument("--scale-device", default="cpu")
+    parser.add_argument(
+        "--skip-encoding",
+        action="store_true",
+        help="leave out SentenceEncoder (which needs all-MiniLM-L6-v2 installed)",
+    )
     arguments = parser.parse_args()
 
     data = make_evaluations(
@@ -366,18 +384,30 @@ def main():
         random_state=0,
     )
     queries = data.query_ids[:N_QUERIES]
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    command = " ".join(
+        [
+            f"--scale-models {arguments.scale_models}",
+            f"--devices {' '.join(arguments.devices)}",
+            f"--scale-device {arguments.scale_device}",
+            *(["--skip-encoding"] if arguments.skip_encoding else []),
+        ]
+    )
+    gpu_name = (
+        f", {torch.cuda.get_device_name()}"
+        if any(d.startswith("cuda") for d in arguments.devices)
+        else ""
+    )
     lines = [
         "# Performance",
         "",
-        f"Written by `python benchmarks/speed.py --scale-models "
-        f"{arguments.scale_models}` on {platform.machine()}, "
-        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}.",
+        f"Written by `python benchmarks/speed.py {command}` on {platform.machine()}, "
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
+        f"{gpu_name}.",
         "Every figure comes from that run; nominal FLOPs and the peak are defined in",
         "the script's docstring. A rate above 100% of the peak means faster than the",
         "straightforward computation could run at the machine's matmul peak.",
     ]
-    for device in devices:
+    for device in arguments.devices:
         peak, precision_rows, rows = measure_device(device, data, queries)
         print(device, peak, rows, flush=True)
         lines += [
@@ -405,20 +435,36 @@ def main():
             f"split, 384-d queries, epochs of {draws} model draws): "
             f"{throughput:.0f} model sets per second.",
         ]
+    if not any(device.startswith("cuda") for device in arguments.devices):
+        lines += [
+            "",
+            "No GPU measured in this run: `bash benchmarks/gpu_check.sh OUTDIR` on a",
+            "machine with one writes the GPU figures (docs/performance-cuda.md).",
+        ]
     # In a fresh process, so that its peak memory is the streaming's alone.
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        checkpoints = pool.apply(streamed_scale, (arguments.scale_models,))
+        checkpoints = pool.apply(
+            streamed_scale, (arguments.scale_models, arguments.scale_device)
+        )
     lines += [
         "",
-        f"## Scale: {arguments.scale_models:,} models x 256 evaluations, streamed",
+        f"## Scale: {arguments.scale_models:,} models x 256 evaluations, streamed "
+        f"({arguments.scale_device})",
         "",
         "Batches of 2,000 random models (384-d queries) through `transform`, in a",
         "process of their own; its peak resident memory so far (input included):",
         "",
-        "| models embedded | elapsed | peak RSS |",
-        "|---|---|---|",
-        *[f"| {n:,} | {s:.0f} s | {m:.0f} MiB |" for n, s, m in checkpoints],
+        "| models embedded | elapsed | peak RSS | peak GPU memory allocated |",
+        "|---|---|---|---|",
+        *[
+            f"| {n:,} | {s:.0f} s | {m:.0f} MiB | "
+            f"{'-' if g is None else f'{g:.0f} MiB'} |"
+            for n, s, m, g in checkpoints
+        ],
     ]
+    if arguments.skip_encoding:
+        Path(arguments.out).write_text("\n".join(lines) + "\n")
+        return
     first_pass, cached = encoding_throughput()
     lines += [
         "",
