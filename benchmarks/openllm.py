@@ -3,7 +3,8 @@
 One command reruns everything and writes ``docs/results.md`` with its plots::
 
     python benchmarks/openllm.py ../shared/data/openllm [--seeds 0 1]
-        [--settings onboarding pool] [--out docs/results.md] [--set name=value ...]
+        [--settings onboarding pool] [--draws 3] [--out docs/results.md]
+        [--set name=value ...]
 
 Protocol (METHOD.md): queries are split into train (806) and test (269) by the
 data's fixed ``split``; embeddings and baseline fits only ever see train-query
@@ -131,8 +132,13 @@ def predict_all(data, embedder, factor_models, drawn):
     }
 
 
-def run_setting(data, setting, seed, overrides):
-    """Fit every method for one setting and seed; score each n. Returns rows."""
+def run_setting(data, setting, seed, overrides, draws=1):
+    """Fit every method for one setting and seed; score each n. Returns rows.
+
+    Each figure is the mean over ``draws`` random draws of the n evaluations of
+    every pool model (the first draw uses ``random_state=seed``), so that the
+    spread across seeds is not mostly the luck of one draw.
+    """
     pool = data.draw_pool(seed)
     others = np.setdiff1d(np.arange(len(data.names)), pool)
     training = others if setting == "onboarding" else np.arange(len(data.names))
@@ -148,18 +154,29 @@ def run_setting(data, setting, seed, overrides):
     pool_sets = data.sets(pool)
     rows = []
     for n in SAMPLE_SIZES:
-        drawn = subsample(pool_sets, n, random_state=seed)
-        for method, probabilities in predict_all(
-            data, embedder, factor_models, drawn
-        ).items():
+        scores = {}
+        for draw in range(draws):
+            state = seed if draw == 0 else 1000 * (seed + 1) + draw
+            drawn = subsample(pool_sets, n, random_state=state)
+            for method, probabilities in predict_all(
+                data, embedder, factor_models, drawn
+            ).items():
+                scores.setdefault(method, []).append(
+                    (
+                        correctness_accuracy(truth, probabilities),
+                        routing_accuracy(truth, probabilities),
+                    )
+                )
+        for method, values in scores.items():
+            correctness, routing = np.mean(values, axis=0)
             rows.append(
                 dict(
                     setting=setting,
                     seed=seed,
                     method=method,
                     n=n,
-                    correctness=correctness_accuracy(truth, probabilities),
-                    routing=routing_accuracy(truth, probabilities),
+                    correctness=float(correctness),
+                    routing=float(routing),
                 )
             )
     fit = dict(
@@ -340,6 +357,12 @@ def main():
         default=["onboarding", "pool"],
         choices=["onboarding", "pool"],
     )
+    parser.add_argument(
+        "--draws",
+        type=int,
+        default=3,
+        help="random draws of each pool model's n evaluations, averaged per seed",
+    )
     parser.add_argument("--out", default="docs/results.md")
     parser.add_argument(
         "--set",
@@ -360,7 +383,7 @@ def main():
     for seed in arguments.seeds:
         for setting in arguments.settings:
             setting_rows, fit, embedder, pool = run_setting(
-                data, setting, seed, overrides
+                data, setting, seed, overrides, arguments.draws
             )
             rows += setting_rows
             fits.append(fit)

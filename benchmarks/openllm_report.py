@@ -180,7 +180,7 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
     command = (
         f"python benchmarks/openllm.py ../shared/data/openllm --seeds {seeds} "
         f"--settings {' '.join(arguments.settings)} --encoder {arguments.encoder} "
-        f"--out {arguments.out}"
+        f"--draws {arguments.draws} --out {arguments.out}"
     )
     if overrides:
         command += " --set " + " ".join(
@@ -194,7 +194,9 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
         f"{platform.machine()} with {os.cpu_count()} CPU cores; every figure below",
         "comes from that run. Protocol: benchmarks/openllm.py's docstring.",
         f"Encoder: {arguments.encoder}. Seeds (one pool of 112 fully observed dense",
-        f"models each): {seeds}; a cell is the mean over seeds ± their standard",
+        f"models each): {seeds}; each seed's figure is the mean over "
+        f"{arguments.draws} draws of",
+        "the n evaluations, and a cell is the mean over seeds ± their standard",
         f"deviation. Test queries: {n_test}; one routing figure has a standard",
         f"error of about {standard_error:.3f} (binomial, at LOCUS's mean routing). "
         f"LocusEmbedder parameters changed from the defaults: {overrides or 'none'}.",
