@@ -123,9 +123,12 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         AdamW weight decay.
     dropout : float, default=0.1
         Dropout during training.
-    query_noise : tuple of (float, float), default=(0.10, 0.05)
+    query_noise : tuple of (float, float), default=(0.20, 0.10)
         Standard deviation of the Gaussian noise on query encodings during training,
-        annealed linearly from the first value to the second.
+        annealed linearly from the first value to the second. It keeps the predictor
+        from memorising the training queries; twice the reference code's (0.10,
+        0.05), which predicted and routed worse on new queries of the Open LLM data
+        (docs/tuning.md).
     validation_fraction : float or None, default=0.1
         Fraction of the *models* held out for early stopping on their loss. ``None``
         trains for ``max_epochs`` with no held-out models.
@@ -220,7 +223,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         predictor_lr=8e-4,
         weight_decay=0.05,
         dropout=0.1,
-        query_noise=(0.10, 0.05),
+        query_noise=(0.20, 0.10),
         validation_fraction=0.1,
         validation_queries=0.1,
         patience=5,
