@@ -3,8 +3,8 @@
 One command reruns everything and writes ``docs/results.md`` with its plots::
 
     python benchmarks/openllm.py ../shared/data/openllm [--seeds 0 1]
-        [--settings onboarding pool] [--draws 3] [--out docs/results.md]
-        [--set name=value ...]
+        [--settings onboarding pool] [--draws 3] [--tables-only]
+        [--out docs/results.md] [--set name=value ...]
 
 Protocol (METHOD.md): queries are split into train (806) and test (269) by the
 data's fixed ``split``; embeddings and baseline fits only ever see train-query
@@ -363,6 +363,11 @@ def main():
         default=3,
         help="random draws of each pool model's n evaluations, averaged per seed",
     )
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="skip stability, geometry and query sets (for trying a recipe)",
+    )
     parser.add_argument("--out", default="docs/results.md")
     parser.add_argument(
         "--set",
@@ -390,7 +395,7 @@ def main():
             if first is None and setting == "onboarding":
                 first = (embedder, pool, seed)
     extra = {}
-    if first is not None:
+    if first is not None and not arguments.tables_only:
         embedder, pool, seed = first
         print("stability, geometry, query sets", flush=True)
         extra["stability"] = stability(data, embedder, pool, seed)

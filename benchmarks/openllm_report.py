@@ -180,7 +180,8 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
     command = (
         f"python benchmarks/openllm.py ../shared/data/openllm --seeds {seeds} "
         f"--settings {' '.join(arguments.settings)} --encoder {arguments.encoder} "
-        f"--draws {arguments.draws} --out {arguments.out}"
+        f"--draws {arguments.draws}{' --tables-only' * arguments.tables_only} "
+        f"--out {arguments.out}"
     )
     if overrides:
         command += " --set " + " ".join(
