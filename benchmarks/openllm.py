@@ -132,6 +132,11 @@ def predict_all(data, embedder, factor_models, drawn):
     }
 
 
+def draw_states(seed, draws):
+    """Random states of the draws of n evaluations for one seed (the first: seed)."""
+    return [seed if draw == 0 else 1000 * (seed + 1) + draw for draw in range(draws)]
+
+
 def run_setting(data, setting, seed, overrides, draws=1):
     """Fit every method for one setting and seed; score each n. Returns rows.
 
@@ -155,8 +160,7 @@ def run_setting(data, setting, seed, overrides, draws=1):
     rows = []
     for n in SAMPLE_SIZES:
         scores = {}
-        for draw in range(draws):
-            state = seed if draw == 0 else 1000 * (seed + 1) + draw
+        for state in draw_states(seed, draws):
             drawn = subsample(pool_sets, n, random_state=state)
             for method, probabilities in predict_all(
                 data, embedder, factor_models, drawn

@@ -63,8 +63,7 @@ def main():
     truth = data.test_matrix[pool]
     results = {}
     for n in SIZES:
-        for draw in range(arguments.draws):
-            state = seed if draw == 0 else 1000 * (seed + 1) + draw
+        for state in openllm.draw_states(seed, arguments.draws):
             drawn = subsample(data.sets(pool), n, random_state=state)
             observed, _ = to_matrix(drawn, queries=data.train_ids)
             predicted = {
