@@ -19,9 +19,10 @@ from sklocus.geometry import model_distances
 # memory stays bounded however many queries come in.
 _QUERY_CHUNK = 8192
 
-# Utilities this close to the best count as ties. A GPU rounds a row of a matrix
-# product differently depending on its place in the batch, so an exact copy of a
-# model can score a few float32 ulps above the original.
+# Utilities this close to the best count as ties. A set embedded in another batch,
+# or a row in another place of a GPU matrix product, rounds differently, so an
+# exact copy of a model can score a few float32 ulps above the original (seen on
+# the CPU and on an H200).
 _TIE = 1e-6
 
 
