@@ -392,11 +392,8 @@ def main():
             *(["--skip-encoding"] if arguments.skip_encoding else []),
         ]
     )
-    gpu_name = (
-        f", {torch.cuda.get_device_name()}"
-        if any(d.startswith("cuda") for d in arguments.devices)
-        else ""
-    )
+    on_gpu = any(device.startswith("cuda") for device in arguments.devices)
+    gpu_name = f", {torch.cuda.get_device_name()}" if on_gpu else ""
     lines = [
         "# Performance",
         "",
@@ -435,7 +432,7 @@ def main():
             f"split, 384-d queries, epochs of {draws} model draws): "
             f"{throughput:.0f} model sets per second.",
         ]
-    if not any(device.startswith("cuda") for device in arguments.devices):
+    if not on_gpu:
         lines += [
             "",
             "No GPU measured in this run: `bash benchmarks/gpu_check.sh OUTDIR` on a",
