@@ -115,6 +115,27 @@ def test_permutation_invariance(fitted, data):
     assert np.abs(z[2] - z[0]).max() <= 1e-5
 
 
+def test_prior_tokens_make_the_embedding_depend_on_the_evidence(data):
+    # The same rates from twice the evidence: a set whose evaluations are each
+    # repeated (as if two query ids per query) embeds like the set itself without
+    # prior tokens, and differently with them.
+    encoder = data.encoder
+    twice = PrecomputedEncoder(
+        [*encoder.queries, *(f"{q}-again" for q in encoder.queries)],
+        np.vstack([encoder.vectors, encoder.vectors]),
+    )
+    evaluations = data.evaluation_sets[5]
+    doubled = {**evaluations, **{f"{q}-again": s for q, s in evaluations.items()}}
+    for prior_tokens in (0, 1):
+        embedder = LocusEmbedder(
+            query_encoder=twice, **{**TINY, "prior_tokens": prior_tokens}
+        ).fit(data.evaluation_sets)
+        assert embedder.net_.module_.encoder.prior.shape == (prior_tokens, 16)
+        z = embedder.transform([evaluations, doubled])
+        gap = np.linalg.norm(z[0] - z[1]) / np.linalg.norm(z[0])
+        assert (gap > 1e-3) if prior_tokens else (gap < 1e-5), (prior_tokens, gap)
+
+
 def test_determinism_bitwise_and_across_batches(fitted, data):
     sets = data.evaluation_sets
     first = fitted.transform(sets[:10])
@@ -442,6 +463,7 @@ def test_misuse_gives_clear_errors(fitted, data):
         ),
         ({"query_noise": (0.1, -1.0)}, "query_noise=(0.1, -1.0) must be a tuple"),
         ({"n_latents": 0}, "'n_latents' parameter of LocusEmbedder must be an int"),
+        ({"prior_tokens": -1}, "'prior_tokens' parameter of LocusEmbedder must be"),
         ({"query_encoder": 42}, "'query_encoder' parameter of LocusEmbedder"),
     ],
 )

@@ -154,8 +154,11 @@ def _set_batch():
     return vectors, scores, mask
 
 
-def test_set_encoder_shape_masking_and_permutation_invariance():
-    encoder = SetEncoder(QUERY_DIM, DIM, n_latents=4, n_layers=2, n_heads=2).eval()
+@pytest.mark.parametrize("prior_tokens", [0, 2])
+def test_set_encoder_shape_masking_and_permutation_invariance(prior_tokens):
+    encoder = SetEncoder(
+        QUERY_DIM, DIM, n_latents=4, n_layers=2, n_heads=2, prior_tokens=prior_tokens
+    ).eval()
     vectors, scores, mask = _set_batch()
     z = encoder(*_coded(vectors), scores, mask)
     assert z.shape == (BATCH, DIM)
@@ -181,6 +184,34 @@ def test_set_encoder_shape_masking_and_permutation_invariance():
     # A set alone gives the same embedding as in a padded batch.
     alone = encoder(*_coded(vectors[1:2, :4]), scores[1:2, :4])
     torch.testing.assert_close(alone, z[1:2], atol=1e-5, rtol=0)
+
+
+def test_prior_tokens_let_the_encoder_tell_how_much_evidence_it_has():
+    # Attention only averages: without prior tokens, a set and the same set with
+    # every evaluation repeated twice (the same rates from twice the evidence)
+    # embed identically. A learned prior token's share of each softmax shrinks
+    # as the set grows, so with one they differ.
+    vectors, scores, _ = _set_batch()
+    table, codes = _coded(vectors)
+    doubled = (table, codes.repeat(1, 2), scores.repeat(1, 2))
+    for prior_tokens in (0, 1):
+        torch.manual_seed(0)
+        encoder = SetEncoder(
+            QUERY_DIM,
+            DIM,
+            n_latents=4,
+            n_layers=2,
+            n_heads=2,
+            prior_tokens=prior_tokens,
+        ).eval()
+        with torch.no_grad():
+            encoder.prior.normal_()  # as after training, not near zero
+        once, twice = encoder(table, codes, scores), encoder(*doubled)
+        gap = (once - twice).norm(dim=1) / once.norm(dim=1)
+        if prior_tokens:
+            assert gap.min() > 1e-3
+        else:
+            assert gap.max() < 1e-5
 
 
 def test_predictor_shape_and_pairwise_equals_forward():

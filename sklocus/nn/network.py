@@ -28,6 +28,9 @@ class LocusNetwork(nn.Module):
         Hidden width of the predictor.
     dropout : float, default=0.1
         Dropout during training.
+    prior_tokens : int, default=0
+        Learned tokens added to every set by the encoder (see
+        :class:`~sklocus.nn.set_encoder.SetEncoder`).
 
     Attributes
     ----------
@@ -45,10 +48,17 @@ class LocusNetwork(nn.Module):
         n_heads: int = 4,
         predictor_hidden: int = 64,
         dropout: float = 0.1,
+        prior_tokens: int = 0,
     ):
         super().__init__()
         self.encoder = SetEncoder(
-            query_dim, embedding_dim, n_latents, n_layers, n_heads, dropout
+            query_dim,
+            embedding_dim,
+            n_latents,
+            n_layers,
+            n_heads,
+            dropout,
+            prior_tokens,
         )
         self.predictor = CorrectnessPredictor(
             query_dim, embedding_dim, predictor_hidden, dropout

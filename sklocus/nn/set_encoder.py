@@ -85,6 +85,15 @@ class SetEncoder(nn.Module):
     No positional encoding anywhere, so the output does not depend on the order of
     the evaluations.
 
+    Every set also holds ``prior_tokens`` learned tokens, the same for all sets,
+    which every attention sees beside the real evaluations. Attention is a
+    weighted mean, so without them a set of 16 evaluations and one of 512 with
+    the same rates give the same embedding: the encoder cannot tell how much
+    evidence it has. A learned token's share of each softmax shrinks as real
+    evaluations are added (about ``1 / (1 + c n)``), so the embedding can lean on
+    a learned prior for small sets and on the evaluations for large ones, as a
+    posterior mean does.
+
     Parameters
     ----------
     query_dim : int
@@ -99,6 +108,8 @@ class SetEncoder(nn.Module):
         Attention heads.
     dropout : float, default=0.0
         Dropout during training.
+    prior_tokens : int, default=0
+        Learned tokens added to every set (0: the paper's encoder).
     """
 
     def __init__(
@@ -109,6 +120,7 @@ class SetEncoder(nn.Module):
         n_layers: int,
         n_heads: int,
         dropout: float = 0.0,
+        prior_tokens: int = 0,
     ):
         super().__init__()
         self.tokenizer = EvaluationTokenizer(query_dim, embedding_dim)
@@ -120,6 +132,7 @@ class SetEncoder(nn.Module):
         self.output = nn.Sequential(
             nn.LayerNorm(embedding_dim), nn.Linear(embedding_dim, embedding_dim)
         )
+        self.prior = nn.Parameter(torch.randn(prior_tokens, embedding_dim) * 0.02)
 
     def forward(self, query_table, codes, scores, mask=None):
         """Embed each set.
@@ -150,6 +163,20 @@ class SetEncoder(nn.Module):
         :meth:`EvaluationTokenizer.project_queries` for ``projected``.
         """
         tokens = self.tokenizer(projected, codes, scores)
+        tokens, mask = self._with_prior(tokens, mask)
         for layer in self.layers:
             tokens = layer(tokens, mask)
         return self.output(self.pooling(tokens, mask))
+
+    def _with_prior(self, tokens, mask):
+        """Append the learned prior tokens to every set (and to its mask)."""
+        n_prior = len(self.prior)
+        if not n_prior:
+            return tokens, mask
+        batch = len(tokens)
+        prior = self.prior.to(tokens.dtype).expand(batch, n_prior, -1)
+        tokens = torch.cat([tokens, prior], dim=1)
+        if mask is not None:
+            real = mask.new_ones(batch, n_prior)
+            mask = torch.cat([mask, real], dim=1)
+        return tokens, mask
