@@ -16,12 +16,16 @@ For each embedder configuration it reports, on the default generator
 Usage::
 
     python benchmarks/geometry_synthetic.py [--seeds 0 1]
-        [--out docs/geometry-synthetic.md]
+        [--out docs/geometry-synthetic.md] [--set name=value ...]
+
+``--set`` changes a ``LocusEmbedder`` parameter in every configuration (to
+measure a change to the defaults before making it).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import time
 from pathlib import Path
 
@@ -181,7 +185,11 @@ def profile_error(data, embedder, embeddings, metric):
     return f"{np.mean(found):.3f} / {np.mean(typical):.3f}"
 
 
-def write(rows, out):
+def write(rows, out, overrides):
+    changed = " ".join(f"{k}={v!r}" for k, v in overrides.items())
+    command = "python benchmarks/geometry_synthetic.py" + (
+        f" --set {changed}" if changed else ""
+    )
     header = (
         "| configuration | seed | metric | fit s | find_duplicates P / R (margin) | "
         "stable_duplicates P / R (margin, threshold) | family ARI | Spearman | "
@@ -190,8 +198,7 @@ def write(rows, out):
     lines = [
         "# Geometry on synthetic ground truth",
         "",
-        "Written by `python benchmarks/geometry_synthetic.py`; every figure below",
-        "comes",
+        f"Written by `{command}`; every figure below comes",
         "from that script. Data: `make_evaluations(random_state=seed)` (100 models, 10",
         "planted near-duplicates, 8 families, 256 evaluations each). Precision (P) and",
         "recall (R) are at the threshold that best separates planted duplicates; the",
@@ -243,13 +250,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--out", default="docs/geometry-synthetic.md")
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE")
     arguments = parser.parse_args()
+    overrides = {
+        name: ast.literal_eval(value)
+        for name, value in (item.split("=", 1) for item in arguments.set)
+    }
     rows = []
     for name, params in CONFIGS.items():
         for seed in arguments.seeds:
-            rows.extend(measure(name, params, seed))
+            rows.extend(measure(name, {**params, **overrides}, seed))
             print(rows[-2], rows[-1], sep="\n", flush=True)
-    write(rows, arguments.out)
+    write(rows, arguments.out, overrides)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,336 @@
+"""Compare variants of LOCUS's recipe over several pools, paired by seed.
+
+Routing accuracy on 269 test queries moves by about 0.02 from one fit to the
+next (a new pool, a new training run), so a change to the network or the recipe
+can only be judged over several seeds, against the defaults fitted on the same
+pools. This script fits the onboarding embedder of ``benchmarks/openllm.py`` for
+each (variant, seed), measures correctness, routing and profile spread (the sd
+of a model's logits over the test queries) on that seed's pool, mean over
+``--draws`` draws of the n evaluations, appends one JSON line per fit to
+``--out``, and prints each variant's mean and its difference from ``--against``
+paired by seed. Fits run ``--jobs`` at a time (worth it on a GPU, whose small
+training steps leave it idle; on 2 CPU cores use 1).
+
+A variant is ``NAME`` or ``NAME:name=value,name=value``: ``defaults`` (today's
+``LocusEmbedder``), or one of the changes in ``PATCHES`` that are not part of
+the library (tried and not kept; docs/tuning.md), with ``LocusEmbedder``
+parameters after the colon::
+
+    python benchmarks/openllm_variants.py ../shared/data/openllm \\
+        --variants defaults defaults:prior_tokens=1 count \\
+        --seeds 0 1 2 3 [--mf] [--device cuda --jobs 8] --out variants.jsonl
+    python benchmarks/openllm_variants.py --summary variants.jsonl \\
+        [--against defaults]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import json
+import multiprocessing
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+import openllm  # noqa: E402
+import openllm_baselines as baselines  # noqa: E402
+
+from sklocus.evaluations import subsample, to_matrix  # noqa: E402
+from sklocus.metrics import correctness_accuracy, routing_accuracy  # noqa: E402
+from sklocus.nn import set_encoder, training  # noqa: E402
+from sklocus.nn.network import LocusNetwork  # noqa: E402
+
+SIZES = (64, 128, 256, 512)
+
+
+@contextlib.contextmanager
+def _patched(owner, name, replacement):
+    original = getattr(owner, name)
+    setattr(owner, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def count_feature():
+    """Add a learned function of log(1 + set size) to the pooled vector."""
+    encoder = set_encoder.SetEncoder
+
+    def init(original):
+        def __init__(self, query_dim, embedding_dim, *args, **kwargs):
+            original(self, query_dim, embedding_dim, *args, **kwargs)
+            self.count = nn.Linear(1, embedding_dim)
+            nn.init.zeros_(self.count.weight)
+            nn.init.zeros_(self.count.bias)
+
+        return __init__
+
+    def embed(original):
+        def embed_projected(self, projected, codes, scores, mask=None):
+            tokens = self.tokenizer(projected, codes, scores)
+            sizes = torch.full((len(tokens),), tokens.shape[1], device=tokens.device)
+            if mask is not None:
+                sizes = mask.sum(dim=1)
+            tokens, mask = self._with_prior(tokens, mask)
+            for layer in self.layers:
+                tokens = layer(tokens, mask)
+            count = torch.log1p(sizes.to(tokens.dtype))[:, None]
+            return self.output(self.pooling(tokens, mask) + self.count(count))
+
+        return embed_projected
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(_patched(encoder, "__init__", init))
+    stack.enter_context(_patched(encoder, "embed_projected", embed))
+    return stack
+
+
+def clean_encoder():
+    """Training noise on the predictor's query encodings only, not the encoder's."""
+
+    def forward(original):
+        def forward(
+            self,
+            query_table,
+            encoder_codes,
+            encoder_scores,
+            encoder_mask,
+            decoder_codes,
+        ):
+            query_table = query_table.flatten(0, -2)
+            embeddings = self.encoder(
+                query_table, encoder_codes, encoder_scores, encoder_mask
+            )
+            return self.predictor(embeddings, self._noisy(query_table), decoder_codes)
+
+        return forward
+
+    return _patched(LocusNetwork, "forward", forward)
+
+
+def pairwise_loss(weight=1.0):
+    """Add a ranking term: on each decoder query that models of a batch share, a
+    model that answered right should score above one that answered wrong
+    (logistic loss on the difference of their logits, mean over such pairs)."""
+    last = {}
+
+    def forward(original):
+        def forward(self, decoder_codes, **inputs):
+            last["codes"] = decoder_codes
+            return original(self, decoder_codes=decoder_codes, **inputs)
+
+        return forward
+
+    def loss(original):
+        def forward(self, logits, targets):
+            base = original(self, logits, targets)
+            if not torch.is_grad_enabled():  # the validation loss stays plain BCE
+                return base
+            real = ~torch.isnan(targets)
+            rows = torch.arange(len(logits), device=logits.device)[:, None]
+            rows, codes = rows.expand_as(targets)[real], last["codes"][real]
+            width = int(codes.max()) + 1
+            grid = logits.new_zeros(len(logits), width)
+            answers = logits.new_full((len(logits), width), float("nan"))
+            grid = grid.index_put((rows, codes), logits[real])
+            answers = answers.index_put((rows, codes), targets[real])
+            right, wrong = answers == 1, answers == 0
+            shared = right.any(0) & wrong.any(0)
+            if not shared.any():
+                return base
+            grid, right, wrong = grid[:, shared], right[:, shared], wrong[:, shared]
+            pairs = right[:, None] & wrong[None, :]
+            margin = (grid[:, None] - grid[None, :])[pairs]
+            return base + weight * nn.functional.softplus(-margin).mean()
+
+        return forward
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(_patched(LocusNetwork, "forward", forward))
+    stack.enter_context(_patched(training.MaskedBCEWithLogitsLoss, "forward", loss))
+    return stack
+
+
+PATCHES = {
+    "defaults": contextlib.nullcontext,
+    "count": count_feature,
+    "clean": clean_encoder,
+    "pairwise": pairwise_loss,
+}
+
+
+def parse_variant(text):
+    name, _, settings = text.partition(":")
+    if name not in PATCHES:
+        raise SystemExit(f"unknown variant {name!r}; expected one of {list(PATCHES)}")
+    overrides = {}
+    # Split at the commas that start a new name=, not those inside a tuple.
+    for item in filter(None, re.split(r",(?=\s*\w+=)", settings)):
+        key, value = item.split("=", 1)
+        overrides[key] = ast.literal_eval(value)
+    return name, overrides
+
+
+def _logit(p):
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
+def _figures(truth, p):
+    logits = _logit(p)
+    spread = (logits - logits.mean(axis=1, keepdims=True)).std(axis=1)
+    return (
+        ("correctness", correctness_accuracy(truth, p)),
+        ("routing", routing_accuracy(truth, p)),
+        ("profile spread", spread.mean()),
+    )
+
+
+def measure(data_folder, variant, seed, draws, device, threads, mf):
+    """Fit one (variant, seed) and measure it; returns one JSON-able row.
+
+    With ``mf``, the MF baseline of ``benchmarks/openllm.py`` is fitted on the
+    same training models and measured on the same draws, as ``MF correctness``
+    and ``MF routing``.
+    """
+    torch.set_num_threads(threads)
+    data = openllm.OpenLLM(data_folder, "all-mpnet-base-v2")
+    name, overrides = parse_variant(variant)
+    overrides = {"device": device, **overrides}
+    pool = data.draw_pool(seed)
+    training_models = np.setdiff1d(np.arange(len(data.names)), pool)
+    if mf:
+        factor_model = baselines.EncodedFactorModel("mf", seed=seed).fit(
+            data.train_matrix[training_models], data.train_vectors
+        )
+    with PATCHES[name]():
+        embedder, seconds = openllm.fit_embedder(data, training_models, seed, overrides)
+        truth = data.test_matrix[pool]
+        figures = {}
+        for n in SIZES:
+            for state in openllm.draw_states(seed, draws):
+                drawn = subsample(data.sets(pool), n, random_state=state)
+                p = embedder.predict_correctness(
+                    embedder.transform(drawn), data.test_ids
+                )
+                results = list(_figures(truth, p))
+                if mf:
+                    observed, _ = to_matrix(drawn, queries=data.train_ids)
+                    p = factor_model.predict(
+                        observed, data.train_vectors, data.test_vectors
+                    )
+                    results += [
+                        (f"MF {metric}", value)
+                        for metric, value in _figures(truth, p)[:2]
+                    ]
+                for metric, value in results:
+                    figures.setdefault(metric, {}).setdefault(n, []).append(value)
+    best = min(embedder.history_, key=lambda row: row["valid_loss"])
+    return {
+        "variant": variant,
+        "seed": seed,
+        "device": str(embedder.device_),
+        "fit_s": round(seconds),
+        "epochs": len(embedder.history_),
+        "best_epoch": best["epoch"],
+        **{
+            metric: [round(float(np.mean(by_n[n])), 4) for n in SIZES]
+            for metric, by_n in figures.items()
+        },
+    }
+
+
+def summary(path, against):
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    by = {}
+    for row in rows:
+        by.setdefault(row["variant"], {})[row["seed"]] = row
+    print(f"n = {' / '.join(map(str, SIZES))}; paired differences against {against}")
+    for variant, seeds in by.items():
+        print(f"\n{variant} (seeds {sorted(seeds)})")
+        for metric in ("correctness", "routing", "profile spread"):
+            values = np.array([seeds[s][metric] for s in sorted(seeds)])
+            cells = " / ".join(f"{v:.3f}" for v in values.mean(axis=0))
+            print(f"  {metric:15s} {cells}")
+            common = sorted(set(seeds) & set(by.get(against, {})))
+            if variant == against or len(common) < 2 or metric == "profile spread":
+                continue
+            differences = np.array(
+                [np.subtract(seeds[s][metric], by[against][s][metric]) for s in common]
+            )
+            mean, sd = differences.mean(axis=0), differences.std(axis=0, ddof=1)
+            cells = " / ".join(f"{m:+.3f} ({s:.3f})" for m, s in zip(mean, sd))
+            print(f"  {'  minus it (sd)':15s} {cells}   seeds {common}")
+        for metric in ("correctness", "routing"):
+            with_mf = sorted(s for s in seeds if f"MF {metric}" in seeds[s])
+            if len(with_mf) < 2:
+                continue
+            differences = np.array(
+                [
+                    np.subtract(seeds[s][metric], seeds[s][f"MF {metric}"])
+                    for s in with_mf
+                ]
+            )
+            mean, sd = differences.mean(axis=0), differences.std(axis=0, ddof=1)
+            cells = " / ".join(f"{m:+.3f} ({s:.3f})" for m, s in zip(mean, sd))
+            print(f"  {metric + ' minus MF (sd)':15s} {cells}   seeds {with_mf}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", nargs="?")
+    parser.add_argument("--variants", nargs="+", default=["defaults"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--draws", type=int, default=4)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--out", default="variants.jsonl")
+    parser.add_argument(
+        "--mf", action="store_true", help="also measure the MF baseline per seed"
+    )
+    parser.add_argument("--summary", metavar="JSONL")
+    parser.add_argument("--against", default="defaults")
+    arguments = parser.parse_args()
+    if arguments.summary:
+        summary(arguments.summary, arguments.against)
+        return
+    for variant in arguments.variants:
+        parse_variant(variant)  # fail before any fit
+    tasks = [(v, s) for s in arguments.seeds for v in arguments.variants]
+    threads = max(1, (os.cpu_count() or 1) // arguments.jobs)
+    # spawn, not fork: a forked child cannot use CUDA.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(arguments.jobs, mp_context=context) as pool:
+        futures = [
+            pool.submit(
+                measure,
+                arguments.data,
+                variant,
+                seed,
+                arguments.draws,
+                arguments.device,
+                threads,
+                arguments.mf,
+            )
+            for variant, seed in tasks
+        ]
+        for future in futures:
+            row = future.result()
+            print(json.dumps(row), flush=True)
+            with open(arguments.out, "a") as out:
+                out.write(json.dumps(row) + "\n")
+    summary(arguments.out, arguments.against)
+
+
+if __name__ == "__main__":
+    main()
