@@ -208,15 +208,17 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
         "",
         "Oracle routing is the accuracy of routing each test query to a pool model",
         "that answers it right when one does; mean accuracy is that of a random",
-        "pool model.",
+        "pool model. The MF and IRT baselines' L2 penalty on item weights is",
+        "chosen per seed on held-out training queries (openllm_baselines.py).",
         "",
         "| setting | seed | models | epochs run | fit time | oracle routing "
-        "| mean accuracy |",
-        "|---|---|---|---|---|---|---|",
+        "| mean accuracy | MF / IRT item penalty |",
+        "|---|---|---|---|---|---|---|---|",
         *[
             f"| {f['setting']} | {f['seed']} | {f['models']} | {f['epochs']} "
             f"| {f['seconds'] / 60:.1f} min | {f['oracle']:.3f} "
-            f"| {f['mean_accuracy']:.3f} |"
+            f"| {f['mean_accuracy']:.3f} "
+            f"| {f['item_decays']['mf']:g} / {f['item_decays']['irt']:g} |"
             for f in fits
         ],
     ]
