@@ -52,12 +52,13 @@ def main():
     pool = data.draw_pool(seed)
     training = np.setdiff1d(np.arange(len(data.names)), pool)
     embedder, seconds = openllm.fit_embedder(data, training, seed, overrides)
-    mf = baselines.EncodedFactorModel("mf", seed=seed).fit(
-        data.train_matrix[training], data.train_vectors
+    mf, _ = baselines.tuned_factor_model(
+        "mf", data.train_matrix[training], data.train_vectors, seed
     )
     best = min(embedder.history_, key=lambda row: row["valid_loss"])["epoch"]
     print(
-        f"overrides {overrides}: fit {seconds:.0f} s, "
+        f"overrides {overrides}: fit {seconds:.0f} s, MF item penalty "
+        f"{mf.item_decay}, "
         f"{len(embedder.history_)} epochs (best {best})"
     )
     truth = data.test_matrix[pool]

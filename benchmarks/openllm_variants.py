@@ -199,9 +199,9 @@ def _figures(truth, p):
 def measure(data_folder, variant, seed, draws, device, threads, mf):
     """Fit one (variant, seed) and measure it; returns one JSON-able row.
 
-    With ``mf``, the MF baseline of ``benchmarks/openllm.py`` is fitted on the
-    same training models and measured on the same draws, as ``MF correctness``
-    and ``MF routing``.
+    With ``mf``, the MF baseline of ``benchmarks/openllm.py`` (its item penalty
+    chosen on held-out training queries) is fitted on the same training models
+    and measured on the same draws, as ``MF correctness`` and ``MF routing``.
     """
     torch.set_num_threads(threads)
     data = openllm.OpenLLM(data_folder, "all-mpnet-base-v2")
@@ -210,8 +210,8 @@ def measure(data_folder, variant, seed, draws, device, threads, mf):
     pool = data.draw_pool(seed)
     training_models = np.setdiff1d(np.arange(len(data.names)), pool)
     if mf:
-        factor_model = baselines.EncodedFactorModel("mf", seed=seed).fit(
-            data.train_matrix[training_models], data.train_vectors
+        factor_model, _ = baselines.tuned_factor_model(
+            "mf", data.train_matrix[training_models], data.train_vectors, seed
         )
     with PATCHES[name]():
         embedder, seconds = openllm.fit_embedder(data, training_models, seed, overrides)
@@ -236,6 +236,8 @@ def measure(data_folder, variant, seed, draws, device, threads, mf):
                 for metric, value in results:
                     figures.setdefault(metric, {}).setdefault(n, []).append(value)
     best = min(embedder.history_, key=lambda row: row["valid_loss"])
+    if mf:
+        figures["MF item penalty"] = {n: [factor_model.item_decay] for n in SIZES}
     return {
         "variant": variant,
         "seed": seed,
@@ -250,40 +252,93 @@ def measure(data_folder, variant, seed, draws, device, threads, mf):
     }
 
 
-def summary(path, against):
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+def _load(path):
     by = {}
-    for row in rows:
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
         by.setdefault(row["variant"], {})[row["seed"]] = row
+    return by
+
+
+def _paired(seeds, reference, metric, reference_metric=None):
+    """Mean and sd over the common seeds of ``metric`` minus the reference's."""
+    other = reference_metric or metric
+    common = sorted(
+        s
+        for s in seeds
+        if s in reference and metric in seeds[s] and other in reference[s]
+    )
+    if len(common) < 2:
+        return None
+    differences = np.array(
+        [np.subtract(seeds[s][metric], reference[s][other]) for s in common]
+    )
+    return differences.mean(axis=0), differences.std(axis=0, ddof=1), common
+
+
+def _cells(values):
+    return " / ".join(f"{v:.3f}" for v in values)
+
+
+def _signed(paired):
+    mean, sd, _ = paired
+    return " / ".join(f"{m:+.3f} ({s:.3f})" for m, s in zip(mean, sd))
+
+
+def summary(path, against):
+    """Print each variant's means and its differences from ``against``."""
+    by = _load(path)
     print(f"n = {' / '.join(map(str, SIZES))}; paired differences against {against}")
     for variant, seeds in by.items():
         print(f"\n{variant} (seeds {sorted(seeds)})")
         for metric in ("correctness", "routing", "profile spread"):
             values = np.array([seeds[s][metric] for s in sorted(seeds)])
-            cells = " / ".join(f"{v:.3f}" for v in values.mean(axis=0))
-            print(f"  {metric:15s} {cells}")
-            common = sorted(set(seeds) & set(by.get(against, {})))
-            if variant == against or len(common) < 2 or metric == "profile spread":
-                continue
-            differences = np.array(
-                [np.subtract(seeds[s][metric], by[against][s][metric]) for s in common]
-            )
-            mean, sd = differences.mean(axis=0), differences.std(axis=0, ddof=1)
-            cells = " / ".join(f"{m:+.3f} ({s:.3f})" for m, s in zip(mean, sd))
-            print(f"  {'  minus it (sd)':15s} {cells}   seeds {common}")
+            print(f"  {metric:15s} {_cells(values.mean(axis=0))}")
+            paired = _paired(seeds, by.get(against, {}), metric)
+            if variant != against and paired and metric != "profile spread":
+                print(
+                    f"  {'  minus it (sd)':15s} {_signed(paired)}   seeds {paired[2]}"
+                )
         for metric in ("correctness", "routing"):
-            with_mf = sorted(s for s in seeds if f"MF {metric}" in seeds[s])
-            if len(with_mf) < 2:
-                continue
-            differences = np.array(
-                [
-                    np.subtract(seeds[s][metric], seeds[s][f"MF {metric}"])
-                    for s in with_mf
-                ]
-            )
-            mean, sd = differences.mean(axis=0), differences.std(axis=0, ddof=1)
-            cells = " / ".join(f"{m:+.3f} ({s:.3f})" for m, s in zip(mean, sd))
-            print(f"  {metric + ' minus MF (sd)':15s} {cells}   seeds {with_mf}")
+            paired = _paired(seeds, seeds, metric, f"MF {metric}")
+            if paired:
+                penalties = sorted(
+                    {seeds[s].get("MF item penalty", [1e-4])[0] for s in paired[2]}
+                )
+                print(
+                    f"  {metric} minus MF (sd) {_signed(paired)}   seeds {paired[2]}"
+                    f", MF item penalty {penalties}"
+                )
+
+
+def markdown(path, against):
+    """The summary as a markdown table (for docs/tuning.md)."""
+    by = _load(path)
+    print(
+        "| variant | pools | correctness | minus the reference (sd) | routing "
+        "| minus the reference (sd) | profile spread |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for variant, seeds in by.items():
+        mean = {
+            metric: _cells(np.mean([seeds[s][metric] for s in seeds], axis=0))
+            for metric in ("correctness", "routing", "profile spread")
+        }
+        differences = {
+            metric: _paired(seeds, by.get(against, {}), metric)
+            for metric in ("correctness", "routing")
+        }
+        shown = {
+            metric: "reference"
+            if variant == against
+            else (_signed(d) if d else "one pool")
+            for metric, d in differences.items()
+        }
+        print(
+            f"| `{variant}` | {len(seeds)} | {mean['correctness']} "
+            f"| {shown['correctness']} | {mean['routing']} | {shown['routing']} "
+            f"| {mean['profile spread']} |"
+        )
 
 
 def main():
@@ -299,10 +354,14 @@ def main():
         "--mf", action="store_true", help="also measure the MF baseline per seed"
     )
     parser.add_argument("--summary", metavar="JSONL")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the summary as a table"
+    )
     parser.add_argument("--against", default="defaults")
     arguments = parser.parse_args()
     if arguments.summary:
-        summary(arguments.summary, arguments.against)
+        show = markdown if arguments.markdown else summary
+        show(arguments.summary, arguments.against)
         return
     for variant in arguments.variants:
         parse_variant(variant)  # fail before any fit
