@@ -25,11 +25,11 @@ measure a change to the defaults before making it).
 from __future__ import annotations
 
 import argparse
-import ast
 import time
 from pathlib import Path
 
 import numpy as np
+from overrides import parse_overrides
 from sklearn.metrics import adjusted_rand_score
 
 from sklocus import LocusEmbedder
@@ -252,10 +252,7 @@ def main():
     parser.add_argument("--out", default="docs/geometry-synthetic.md")
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE")
     arguments = parser.parse_args()
-    overrides = {
-        name: ast.literal_eval(value)
-        for name, value in (item.split("=", 1) for item in arguments.set)
-    }
+    overrides = parse_overrides(arguments.set)
     rows = []
     for name, params in CONFIGS.items():
         for seed in arguments.seeds:

@@ -32,13 +32,13 @@ query-set sections use the onboarding embedder of the first seed.
 from __future__ import annotations
 
 import argparse
-import ast
 import time
 from pathlib import Path
 
 import numpy as np
 import openllm_baselines as baselines
 import openllm_report as report
+from overrides import parse_overrides
 
 from sklocus import KCenterSelector, KMedoidsSelector, LocusEmbedder
 from sklocus._selection import CoverageGreedySelector
@@ -401,10 +401,7 @@ def main():
         help="LocusEmbedder parameters to change, e.g. --set n_layers=0",
     )
     arguments = parser.parse_args()
-    overrides = {
-        name: ast.literal_eval(value)
-        for name, value in (item.split("=", 1) for item in arguments.set)
-    }
+    overrides = parse_overrides(arguments.set)
     start = time.perf_counter()
     data = OpenLLM(arguments.data, arguments.encoder)
     rows, fits = [], []

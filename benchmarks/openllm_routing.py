@@ -18,11 +18,11 @@ evaluations of the pool's models, prints for both:
 from __future__ import annotations
 
 import argparse
-import ast
 
 import numpy as np
 import openllm
 import openllm_baselines as baselines
+from overrides import parse_overrides
 
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import correctness_accuracy, routing_accuracy
@@ -43,10 +43,7 @@ def main():
     parser.add_argument("--draws", type=int, default=4)
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE")
     arguments = parser.parse_args()
-    overrides = {
-        name: ast.literal_eval(value)
-        for name, value in (item.split("=", 1) for item in arguments.set)
-    }
+    overrides = parse_overrides(arguments.set)
     seed = arguments.seed
     data = openllm.OpenLLM(arguments.data, "all-mpnet-base-v2")
     pool = data.draw_pool(seed)

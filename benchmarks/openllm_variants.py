@@ -26,7 +26,6 @@ parameters after the colon::
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import json
 import multiprocessing
@@ -43,6 +42,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 import openllm  # noqa: E402
 import openllm_baselines as baselines  # noqa: E402
+from overrides import parse_overrides  # noqa: E402
 
 from sklocus.evaluations import subsample, to_matrix  # noqa: E402
 from sklocus.metrics import correctness_accuracy, routing_accuracy  # noqa: E402
@@ -173,12 +173,9 @@ def parse_variant(text):
     name, _, settings = text.partition(":")
     if name not in PATCHES:
         raise SystemExit(f"unknown variant {name!r}; expected one of {list(PATCHES)}")
-    overrides = {}
     # Split at the commas that start a new name=, not those inside a tuple.
-    for item in filter(None, re.split(r",(?=\s*\w+=)", settings)):
-        key, value = item.split("=", 1)
-        overrides[key] = ast.literal_eval(value)
-    return name, overrides
+    items = filter(None, re.split(r",(?=\s*\w+=)", settings))
+    return name, parse_overrides(items)
 
 
 def _logit(p):
