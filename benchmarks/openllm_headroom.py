@@ -1,0 +1,124 @@
+"""How much routing there is to win on the Open LLM pools, without fitting LOCUS.
+
+Routing among a pool of 112 models is decided among its few strongest, on 269
+test queries; this script measures, over many pools and with cheap baselines
+only, how far apart the reachable routing accuracies are and how much they
+move from pool to pool. It answers two questions about the bar of
+``benchmarks/openllm.py`` (beat each label-free baseline "beyond the spread
+across seeds"):
+
+- how much better than the best single model routing can get with subject
+  knowledge: per-subject accuracy (which uses benchmark labels) from n train
+  evaluations and from all 806, and, as a ceiling no method reaches,
+  per-subject accuracy measured on the test queries themselves;
+- whether per-subject accuracy itself would pass that bar against each
+  model's overall accuracy: its paired difference, mean and sd over pools.
+
+Each pool is ``OpenLLM.draw_pool(seed)``; figures at n are the mean over
+``--draws`` draws of the n evaluations (``openllm.draw_states``), as in
+openllm.py. Run::
+
+    python benchmarks/openllm_headroom.py ../shared/data/openllm --seeds 0 1 2 3 4 5 6 7
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import openllm_baselines as baselines
+from openllm import OpenLLM, draw_states
+
+from sklocus.evaluations import subsample, to_matrix
+from sklocus.metrics import routing_accuracy
+
+SIZES = (64, 128, 256, 512)
+ALL = 806
+
+
+def pool_figures(data, seed, draws):
+    """Routing accuracies of one pool: {name: value}, names ending in ``@n``."""
+    pool = data.draw_pool(seed)
+    truth = data.test_matrix[pool]
+    n_test = len(data.test_ids)
+    figures = {
+        "oracle (any model right)": float(np.nanmax(truth, axis=0).mean()),
+        "best single model on the test queries": float(np.nanmean(truth, 1).max()),
+        "per-subject accuracy on the test queries": routing_accuracy(
+            truth, baselines.per_subject_accuracy(truth, *[data.test_subjects] * 2)
+        ),
+    }
+    for n in (*SIZES, ALL):
+        states = draw_states(seed, draws) if n < ALL else [seed]
+        overall, subject = [], []
+        for state in states:
+            drawn = subsample(data.sets(pool), n, random_state=state)
+            observed, _ = to_matrix(drawn, queries=data.train_ids)
+            overall.append(
+                routing_accuracy(truth, baselines.overall_accuracy(observed, n_test))
+            )
+            subject.append(
+                routing_accuracy(
+                    truth,
+                    baselines.per_subject_accuracy(
+                        observed, data.train_subjects, data.test_subjects
+                    ),
+                )
+            )
+        figures[f"overall accuracy@{n}"] = float(np.mean(overall))
+        figures[f"per-subject accuracy (labels)@{n}"] = float(np.mean(subject))
+    return figures
+
+
+def report(per_pool):
+    """Markdown: each figure's mean and sd over pools, then the paired bar test."""
+    names = list(per_pool[0])
+    table = np.array([[figures[name] for name in names] for figures in per_pool])
+    lines = [
+        f"Routing accuracy over {len(per_pool)} pools (mean, sd across pools):",
+        "",
+        "| figure | mean | sd |",
+        "|---|---|---|",
+    ]
+    for name, column in zip(names, table.T):
+        label = name.replace("@", ", n = ")
+        lines.append(f"| {label} | {column.mean():.3f} | {column.std(ddof=1):.3f} |")
+    lines += [
+        "",
+        "Per-subject accuracy minus overall accuracy, paired by pool (the bar's"
+        " test: 'beyond the spread' when the mean exceeds the sd):",
+        "",
+        "| n | mean | sd | beyond the spread |",
+        "|---|---|---|---|",
+    ]
+    for n in (*SIZES, ALL):
+        gap = np.array(
+            [
+                f[f"per-subject accuracy (labels)@{n}"] - f[f"overall accuracy@{n}"]
+                for f in per_pool
+            ]
+        )
+        mean, sd = gap.mean(), gap.std(ddof=1)
+        lines.append(
+            f"| {n} | {mean:+.3f} | {sd:.3f} | {'yes' if mean > sd else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", help="the openllm data folder")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
+    parser.add_argument("--draws", type=int, default=4)
+    parser.add_argument("--encoder", default="all-mpnet-base-v2")
+    args = parser.parse_args()
+    data = OpenLLM(args.folder, args.encoder)
+    per_pool = []
+    for seed in args.seeds:
+        per_pool.append(pool_figures(data, seed, args.draws))
+        print(f"pool {seed} done", flush=True)
+    print(report(per_pool))
+
+
+if __name__ == "__main__":
+    main()
