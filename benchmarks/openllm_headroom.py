@@ -8,11 +8,11 @@ move from pool to pool. It answers two questions about the bar of
 across seeds"):
 
 - how much better than the best single model routing can get with subject
-  knowledge: per-subject accuracy (which uses benchmark labels) from n train
-  evaluations and from all 806, and, as a ceiling no method reaches,
-  per-subject accuracy measured on the test queries themselves;
-- whether per-subject accuracy itself would pass that bar against each
-  model's overall accuracy: its paired difference, mean and sd over pools.
+  knowledge: per-subject and per-benchmark accuracy (both use labels LOCUS
+  never sees) from n train evaluations and from all 806, and, as a ceiling no
+  method reaches, per-subject accuracy measured on the test queries themselves;
+- whether those label baselines would themselves pass that bar against each
+  model's overall accuracy: their paired differences, mean and sd over pools.
 
 Each pool is ``OpenLLM.draw_pool(seed)``; figures at n are the mean over
 ``--draws`` draws of the n evaluations (``openllm.draw_states``), as in
@@ -27,6 +27,7 @@ import argparse
 
 import numpy as np
 import openllm_baselines as baselines
+import pandas as pd
 from openllm import OpenLLM, draw_states
 
 from sklocus.evaluations import subsample, to_matrix
@@ -34,9 +35,16 @@ from sklocus.metrics import routing_accuracy
 
 SIZES = (64, 128, 256, 512)
 ALL = 806
+LABELS = ("per-subject accuracy (labels)", "per-benchmark accuracy (labels)")
 
 
-def pool_figures(data, seed, draws):
+def benchmarks_of(folder, query_ids):
+    """The benchmark (arc, gsm8k, ...) of each query."""
+    queries = pd.read_parquet(f"{folder}/queries.parquet").set_index("query_id")
+    return queries.loc[list(query_ids), "benchmark"].to_numpy()
+
+
+def pool_figures(data, seed, draws, groups):
     """Routing accuracies of one pool: {name: value}, names ending in ``@n``."""
     pool = data.draw_pool(seed)
     truth = data.test_matrix[pool]
@@ -50,23 +58,18 @@ def pool_figures(data, seed, draws):
     }
     for n in (*SIZES, ALL):
         states = draw_states(seed, draws) if n < ALL else [seed]
-        overall, subject = [], []
+        routed = {}
         for state in states:
             drawn = subsample(data.sets(pool), n, random_state=state)
             observed, _ = to_matrix(drawn, queries=data.train_ids)
-            overall.append(
+            routed.setdefault("overall accuracy", []).append(
                 routing_accuracy(truth, baselines.overall_accuracy(observed, n_test))
             )
-            subject.append(
-                routing_accuracy(
-                    truth,
-                    baselines.per_subject_accuracy(
-                        observed, data.train_subjects, data.test_subjects
-                    ),
-                )
-            )
-        figures[f"overall accuracy@{n}"] = float(np.mean(overall))
-        figures[f"per-subject accuracy (labels)@{n}"] = float(np.mean(subject))
+            for label, (train_groups, test_groups) in zip(LABELS, groups):
+                p = baselines.per_subject_accuracy(observed, train_groups, test_groups)
+                routed.setdefault(label, []).append(routing_accuracy(truth, p))
+        for name, values in routed.items():
+            figures[f"{name}@{n}"] = float(np.mean(values))
     return figures
 
 
@@ -85,23 +88,20 @@ def report(per_pool):
         lines.append(f"| {label} | {column.mean():.3f} | {column.std(ddof=1):.3f} |")
     lines += [
         "",
-        "Per-subject accuracy minus overall accuracy, paired by pool (the bar's"
+        "Each label baseline minus overall accuracy, paired by pool (the bar's"
         " test: 'beyond the spread' when the mean exceeds the sd):",
         "",
-        "| n | mean | sd | beyond the spread |",
-        "|---|---|---|---|",
+        "| baseline | n | mean | sd | beyond the spread |",
+        "|---|---|---|---|---|",
     ]
-    for n in (*SIZES, ALL):
-        gap = np.array(
-            [
-                f[f"per-subject accuracy (labels)@{n}"] - f[f"overall accuracy@{n}"]
-                for f in per_pool
-            ]
-        )
-        mean, sd = gap.mean(), gap.std(ddof=1)
-        lines.append(
-            f"| {n} | {mean:+.3f} | {sd:.3f} | {'yes' if mean > sd else 'no'} |"
-        )
+    for label in LABELS:
+        for n in (*SIZES, ALL):
+            gap = np.array(
+                [f[f"{label}@{n}"] - f[f"overall accuracy@{n}"] for f in per_pool]
+            )
+            mean, sd = gap.mean(), gap.std(ddof=1)
+            beyond = "yes" if mean > sd else "no"
+            lines.append(f"| {label} | {n} | {mean:+.3f} | {sd:.3f} | {beyond} |")
     return "\n".join(lines)
 
 
@@ -113,9 +113,16 @@ def main():
     parser.add_argument("--encoder", default="all-mpnet-base-v2")
     args = parser.parse_args()
     data = OpenLLM(args.folder, args.encoder)
+    groups = (
+        (data.train_subjects, data.test_subjects),
+        (
+            benchmarks_of(args.folder, data.train_ids),
+            benchmarks_of(args.folder, data.test_ids),
+        ),
+    )
     per_pool = []
     for seed in args.seeds:
-        per_pool.append(pool_figures(data, seed, args.draws))
+        per_pool.append(pool_figures(data, seed, args.draws, groups))
         print(f"pool {seed} done", flush=True)
     print(report(per_pool))
 
