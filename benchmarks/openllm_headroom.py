@@ -12,7 +12,12 @@ across seeds"):
   never sees) from n train evaluations and from all 806, and, as a ceiling no
   method reaches, per-subject accuracy measured on the test queries themselves;
 - whether those label baselines would themselves pass that bar against each
-  model's overall accuracy: their paired differences, mean and sd over pools.
+  model's overall accuracy: their paired differences, mean and sd over pools;
+- how much of a test query's benchmark its encoding still tells under the
+  training noise of ``LocusEmbedder`` (``query_noise``), added in every
+  direction or kept off the leading principal directions of the training
+  queries (``noise_free_components``): the accuracy of identifying the
+  benchmark by the nearest benchmark centroid of the training queries.
 
 Each pool is ``OpenLLM.draw_pool(seed)``; figures at n are the mean over
 ``--draws`` draws of the n evaluations (``openllm.draw_states``), as in
@@ -32,6 +37,7 @@ from openllm import OpenLLM, draw_states
 
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import routing_accuracy
+from sklocus.nn.network import leading_directions
 
 SIZES = (64, 128, 256, 512)
 ALL = 806
@@ -71,6 +77,23 @@ def pool_figures(data, seed, draws, groups):
         for name, values in routed.items():
             figures[f"{name}@{n}"] = float(np.mean(values))
     return figures
+
+
+def benchmark_identification(data, train_groups, test_groups, noise, kept, seed=0):
+    """Nearest-centroid accuracy of a noisy test encoding's benchmark."""
+    centroids = {
+        g: data.train_vectors[train_groups == g].mean(0) for g in set(train_groups)
+    }
+    names = np.array(list(centroids))
+    stacked = np.stack([centroids[g] for g in names])
+    rng = np.random.default_rng(seed)
+    blur = rng.standard_normal(data.test_vectors.shape)
+    if kept:
+        directions = leading_directions(data.train_vectors, kept)
+        blur -= (blur @ directions.T) @ directions
+    noisy = data.test_vectors + noise * blur
+    distance = ((noisy[:, None, :] - stacked[None]) ** 2).sum(-1)
+    return float((names[distance.argmin(1)] == test_groups).mean())
 
 
 def report(per_pool):
@@ -125,6 +148,16 @@ def main():
         per_pool.append(pool_figures(data, seed, args.draws, groups))
         print(f"pool {seed} done", flush=True)
     print(report(per_pool))
+    print(
+        "\nBenchmark of a test query identified by the nearest training centroid,"
+        " under training noise:\n\n| noise per coordinate | in every direction "
+        "| off the 16 leading directions |\n|---|---|---|"
+    )
+    for noise in (0.0, 0.05, 0.10, 0.20):
+        every, spared = (
+            benchmark_identification(data, *groups[1], noise, kept) for kept in (0, 16)
+        )
+        print(f"| {noise:.2f} | {every:.3f} | {spared:.3f} |")
 
 
 if __name__ == "__main__":
