@@ -19,6 +19,10 @@ across seeds"):
   queries (``noise_free_components``): the accuracy of identifying the
   benchmark by the nearest benchmark centroid of the training queries.
 
+With ``--locus LINES.jsonl`` (lines of ``openllm_variants.py``), it also
+places LOCUS's routing (each pool's line of ``--variant``) among them, paired
+by pool on the same draws.
+
 Each pool is ``OpenLLM.draw_pool(seed)``; figures at n are the mean over
 ``--draws`` draws of the n evaluations (``openllm.draw_states``), as in
 openllm.py. Run::
@@ -29,6 +33,7 @@ openllm.py. Run::
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import openllm_baselines as baselines
@@ -128,12 +133,43 @@ def report(per_pool):
     return "\n".join(lines)
 
 
+def locus_report(per_pool, seeds, lines, variant):
+    """Markdown: LOCUS's routing minus each baseline's, paired by pool."""
+    rows = {}
+    for line in lines:
+        if line["variant"] == variant and line["seed"] in seeds:
+            rows[line["seed"]] = line["routing"]
+    if not rows:
+        raise SystemExit(f"no line of variant {variant!r} for seeds {seeds}")
+    pools = sorted(rows)
+    lines = [
+        f"LOCUS ({variant}, {len(pools)} pools: seeds {pools}) routing minus each"
+        " baseline's, paired by pool (mean, sd):",
+        "",
+        "| n | LOCUS | minus overall accuracy | minus per-subject (labels) "
+        "| minus per-benchmark (labels) |",
+        "|---|---|---|---|---|",
+    ]
+    by_seed = dict(zip(seeds, per_pool))
+    for column, n in enumerate(SIZES):
+        locus = np.array([rows[seed][column] for seed in pools])
+        cells = [f"{locus.mean():.3f}"]
+        for name in ("overall accuracy", *LABELS):
+            gap = locus - np.array([by_seed[seed][f"{name}@{n}"] for seed in pools])
+            spread = gap.std(ddof=1) if len(gap) > 1 else float("nan")
+            cells.append(f"{gap.mean():+.3f} ({spread:.3f})")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folder", help="the openllm data folder")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(8)))
     parser.add_argument("--draws", type=int, default=4)
     parser.add_argument("--encoder", default="all-mpnet-base-v2")
+    parser.add_argument("--locus", help="JSON lines of openllm_variants.py")
+    parser.add_argument("--variant", default="defaults")
     args = parser.parse_args()
     data = OpenLLM(args.folder, args.encoder)
     groups = (
@@ -148,6 +184,11 @@ def main():
         per_pool.append(pool_figures(data, seed, args.draws, groups))
         print(f"pool {seed} done", flush=True)
     print(report(per_pool))
+    if args.locus:
+        with open(args.locus) as handle:
+            lines = [json.loads(line) for line in handle if line.strip()]
+        print()
+        print(locus_report(per_pool, args.seeds, lines, args.variant))
     print(
         "\nBenchmark of a test query identified by the nearest training centroid,"
         " under training noise:\n\n| noise per coordinate | in every direction "
