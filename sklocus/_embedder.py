@@ -24,7 +24,7 @@ from sklocus.encoders import SentenceEncoder, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
 from sklocus.metrics import correctness_accuracy
 from sklocus.nn.batching import pad, size_buckets
-from sklocus.nn.network import LocusNetwork, leading_directions
+from sklocus.nn.network import LocusNetwork
 from sklocus.nn.training import (
     MaskedBCEWithLogitsLoss,
     ModelSetDataset,
@@ -144,12 +144,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         from memorising the training queries; twice the reference code's (0.10,
         0.05), which predicted and routed worse on new queries of the Open LLM data
         (docs/tuning.md).
-    noise_free_components : int, default=0
-        Leading principal directions of the training queries' encodings that the
-        training noise leaves alone: the noise is projected off them. Coarse
-        structure, such as which benchmark a query comes from, lives in those
-        directions, and noise strong enough to stop the predictor memorising
-        single queries also hides it. 0 adds the noise in every direction.
     validation_fraction : float or None, default=0.1
         Fraction of the *models* held out for early stopping on their loss. ``None``
         trains for ``max_epochs`` with no held-out models.
@@ -218,7 +212,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
         "dropout": [Interval(numbers.Real, 0, 1, closed="left")],
         "query_noise": [tuple],
-        "noise_free_components": [Interval(numbers.Integral, 0, None, closed="left")],
         "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither"), None],
         "validation_queries": [Interval(numbers.Real, 0, 1, closed="left")],
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -250,7 +243,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         weight_decay=0.05,
         dropout=0.1,
         query_noise=(0.20, 0.10),
-        noise_free_components=0,
         validation_fraction=0.1,
         validation_queries=0.1,
         patience=5,
@@ -278,7 +270,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.weight_decay = weight_decay
         self.dropout = dropout
         self.query_noise = query_noise
-        self.noise_free_components = noise_free_components
         self.validation_fraction = validation_fraction
         self.validation_queries = validation_queries
         self.patience = patience
@@ -393,7 +384,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             module__n_heads=self.n_heads,
             module__prior_tokens=self.prior_tokens,
             module__refine_steps=self.refine_steps,
-            module__noise_free=leading_directions(vectors, self.noise_free_components),
             module__predictor_hidden=self.predictor_hidden,
             module__dropout=self.dropout,
             criterion=MaskedBCEWithLogitsLoss,

@@ -27,7 +27,6 @@ from sklocus import LocusEmbedder, PrecomputedEncoder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.metrics import correctness_accuracy
-from sklocus.nn.network import leading_directions
 
 TINY = dict(
     embedding_dim=16,
@@ -153,21 +152,6 @@ def test_refinement_steps_are_trained_and_keep_the_embedding_order_free(data):
     with torch.no_grad():
         encoder_only.net_.module_.refinement.directions[0].weight.zero_()
     assert np.abs(z[0] - encoder_only.transform([evaluations])[0]).max() > 1e-4
-
-
-def test_noise_free_directions_come_from_the_training_queries(data):
-    sets = [dict(list(e.items())[:20]) for e in data.evaluation_sets]
-    embedder = LocusEmbedder(
-        query_encoder=data.encoder, **{**TINY, "noise_free_components": 3}
-    ).fit(sets)
-    seen = sorted({q for evaluations in sets for q in evaluations})
-    expected = leading_directions(data.encoder.transform(seen), 3)
-    kept = embedder.net_.module_.noise_free.numpy()
-    # The same subspace (rows may differ in sign).
-    np.testing.assert_allclose(np.abs(kept @ expected.T), np.eye(3), atol=1e-4)
-    assert LocusEmbedder(query_encoder=data.encoder, **TINY).fit(
-        sets
-    ).net_.module_.noise_free.shape == (0, data.encoder.vectors.shape[1])
 
 
 def test_determinism_bitwise_and_across_batches(fitted, data):
@@ -499,10 +483,6 @@ def test_misuse_gives_clear_errors(fitted, data):
         ({"n_latents": 0}, "'n_latents' parameter of LocusEmbedder must be an int"),
         ({"prior_tokens": -1}, "'prior_tokens' parameter of LocusEmbedder must be"),
         ({"refine_steps": -1}, "'refine_steps' parameter of LocusEmbedder must be"),
-        (
-            {"noise_free_components": -1},
-            "'noise_free_components' parameter of LocusEmbedder must be",
-        ),
         ({"query_encoder": 42}, "'query_encoder' parameter of LocusEmbedder"),
     ],
 )

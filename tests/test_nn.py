@@ -16,7 +16,6 @@ from sklocus.nn import (
     SetEncoder,
 )
 from sklocus.nn.batching import pad, size_buckets
-from sklocus.nn.network import leading_directions
 
 BATCH, N, DIM, QUERY_DIM = 3, 7, 16, 12
 
@@ -345,15 +344,13 @@ def test_network_shape_and_masking(refine_steps):
     torch.testing.assert_close(network(padded, codes, scores, mask, decoder), logits)
 
 
-def test_a_network_pickled_before_refinement_and_noise_free_directions_loads():
+def test_a_network_pickled_before_refinement_still_loads():
     network = LocusNetwork(QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2).eval()
     inputs = _network_inputs()
     logits = network(*inputs)
     del network._modules["refinement"]  # as pickled by an older sklocus
-    del network._buffers["noise_free"]
     loaded = pickle.loads(pickle.dumps(network))
     assert len(loaded.refinement.directions) == 0
-    assert loaded.noise_free.shape == (0, QUERY_DIM)
     torch.testing.assert_close(loaded(*inputs), logits)
 
 
@@ -367,42 +364,6 @@ def test_network_adds_query_noise_only_in_training():
     torch.testing.assert_close(network(*inputs), network(*inputs))
     network.train()
     assert not torch.allclose(network(*inputs), network(*inputs))
-
-
-def test_leading_directions_are_the_principal_axes():
-    rng = np.random.default_rng(0)
-    vectors = rng.normal(size=(50, QUERY_DIM)) * np.linspace(3, 0.1, QUERY_DIM)
-    directions = leading_directions(vectors + 5.0, 3)  # centring removes the shift
-    assert directions.shape == (3, QUERY_DIM) and directions.dtype == np.float32
-    np.testing.assert_allclose(directions @ directions.T, np.eye(3), atol=1e-5)
-    # The variance along each is the largest left, in order.
-    spread = ((vectors - vectors.mean(0)) @ directions.T).var(axis=0)
-    assert (np.diff(spread) < 0).all()
-    assert np.abs(directions[0]).argmax() == 0
-    assert leading_directions(vectors, 0).shape == (0, QUERY_DIM)
-    assert leading_directions(vectors[:4], 10).shape == (4, QUERY_DIM)
-
-
-def test_training_noise_spares_the_noise_free_directions():
-    table = torch.randn(40, QUERY_DIM)
-    kept = torch.as_tensor(leading_directions(table.numpy(), 3))
-    network = LocusNetwork(
-        QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2, noise_free=kept
-    )
-    network.query_noise = 0.5
-    network.train()
-    noise = network._noisy(table) - table
-    assert (noise @ kept.T).abs().max() < 1e-5
-    assert noise.norm(dim=1).min() > 0.5  # every other direction is blurred
-    network.eval()
-    assert network._noisy(table) is table
-    # Without noise-free directions the noise has a part along those too.
-    plain = LocusNetwork(QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2)
-    plain.query_noise = 0.5
-    assert ((plain._noisy(table) - table) @ kept.T).abs().max() > 0.1
-    # The directions travel with the network (a buffer), so pickles keep them.
-    loaded = pickle.loads(pickle.dumps(network))
-    torch.testing.assert_close(loaded.noise_free, kept)
 
 
 def test_pad_and_size_buckets():

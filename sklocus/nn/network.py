@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
 from sklocus.nn.predictor import CorrectnessPredictor
 from sklocus.nn.refinement import ResidualRefinement
 from sklocus.nn.set_encoder import SetEncoder
-
-
-def leading_directions(vectors, k):
-    """Find the ``k`` leading principal directions of ``vectors`` (orthonormal rows).
-
-    Parameters
-    ----------
-    vectors : ndarray of shape (n, dim)
-    k : int
-        Directions wanted; fewer come back if ``n`` or ``dim`` is smaller.
-
-    Returns
-    -------
-    ndarray of shape (min(k, n, dim), dim), float32
-    """
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if k == 0:
-        return np.zeros((0, vectors.shape[1]), dtype=np.float32)
-    centred = vectors - vectors.mean(axis=0)
-    _, _, directions = np.linalg.svd(centred, full_matrices=False)
-    return np.ascontiguousarray(directions[:k])
 
 
 class LocusNetwork(nn.Module):
@@ -59,10 +37,6 @@ class LocusNetwork(nn.Module):
         set's own evaluations (see
         :class:`~sklocus.nn.refinement.ResidualRefinement`; 0: the paper's
         network).
-    noise_free : array-like of shape (k, query_dim), optional
-        Orthonormal rows: directions of query space kept free of the training
-        noise (see :func:`leading_directions`). ``None`` or no rows: noise in
-        every direction.
 
     Attributes
     ----------
@@ -82,7 +56,6 @@ class LocusNetwork(nn.Module):
         dropout: float = 0.1,
         prior_tokens: int = 0,
         refine_steps: int = 0,
-        noise_free=None,
     ):
         super().__init__()
         self.encoder = SetEncoder(
@@ -98,11 +71,6 @@ class LocusNetwork(nn.Module):
             query_dim, embedding_dim, predictor_hidden, dropout
         )
         self.refinement = ResidualRefinement(embedding_dim, refine_steps)
-        if noise_free is None:
-            noise_free = torch.zeros(0, query_dim)
-        self.register_buffer(
-            "noise_free", torch.as_tensor(noise_free, dtype=torch.float32)
-        )
         self.query_noise = 0.0
 
     def __setstate__(self, state):
@@ -111,9 +79,6 @@ class LocusNetwork(nn.Module):
         if "refinement" not in self._modules:
             width = self.predictor.project_query.out_features
             self.refinement = ResidualRefinement(width, 0)
-        if "noise_free" not in self._buffers:
-            query_dim = self.predictor.project_query.in_features
-            self.register_buffer("noise_free", torch.zeros(0, query_dim))
 
     def embed_projected(
         self, encoder_projected, predictor_projected, codes, scores, mask=None
@@ -144,13 +109,9 @@ class LocusNetwork(nn.Module):
         )
 
     def _noisy(self, query_vectors):
-        if not (self.training and self.query_noise > 0):
-            return query_vectors
-        noise = torch.randn_like(query_vectors)
-        if len(self.noise_free):
-            kept = self.noise_free.to(noise.dtype)
-            noise = noise - (noise @ kept.T) @ kept
-        return query_vectors + self.query_noise * noise
+        if self.training and self.query_noise > 0:
+            return query_vectors + self.query_noise * torch.randn_like(query_vectors)
+        return query_vectors
 
     def forward(
         self, query_table, encoder_codes, encoder_scores, encoder_mask, decoder_codes
