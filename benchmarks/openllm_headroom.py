@@ -42,7 +42,6 @@ from openllm import OpenLLM, draw_states
 
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import routing_accuracy
-from sklocus.nn.network import leading_directions
 
 SIZES = (64, 128, 256, 512)
 ALL = 806
@@ -93,8 +92,9 @@ def benchmark_identification(data, train_groups, test_groups, noise, kept, seed=
     stacked = np.stack([centroids[g] for g in names])
     rng = np.random.default_rng(seed)
     blur = rng.standard_normal(data.test_vectors.shape)
-    if kept:
-        directions = leading_directions(data.train_vectors, kept)
+    if kept:  # project the noise off the leading principal directions
+        centred = data.train_vectors - data.train_vectors.mean(axis=0)
+        directions = np.linalg.svd(centred, full_matrices=False)[2][:kept]
         blur -= (blur @ directions.T) @ directions
     noisy = data.test_vectors + noise * blur
     distance = ((noisy[:, None, :] - stacked[None]) ** 2).sum(-1)
