@@ -9,10 +9,12 @@ across seeds"):
 
 - how much better than the best single model routing can get with subject
   knowledge: per-subject and per-benchmark accuracy (both use labels LOCUS
-  never sees) from n train evaluations and from all 806, and, as a ceiling no
-  method reaches, per-subject accuracy measured on the test queries themselves;
-- whether those label baselines would themselves pass that bar against each
-  model's overall accuracy: their paired differences, mean and sd over pools;
+  never sees) from n train evaluations and from all 806; the same tally over
+  8 k-means clusters of the training queries' encodings, which needs no
+  labels; and, as a ceiling no method reaches, per-subject accuracy measured
+  on the test queries themselves;
+- whether those tallies would themselves pass that bar against each model's
+  overall accuracy: their paired differences, mean and sd over pools;
 - how much of a test query's benchmark its encoding still tells under the
   training noise of ``LocusEmbedder`` (``query_noise``), added in every
   direction or kept off the leading principal directions of the training
@@ -39,6 +41,7 @@ import numpy as np
 import openllm_baselines as baselines
 import pandas as pd
 from openllm import OpenLLM, draw_states
+from sklearn.cluster import KMeans
 
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import routing_accuracy
@@ -46,6 +49,8 @@ from sklocus.metrics import routing_accuracy
 SIZES = (64, 128, 256, 512)
 ALL = 806
 LABELS = ("per-subject accuracy (labels)", "per-benchmark accuracy (labels)")
+CLUSTERS = 8
+GROUPINGS = (*LABELS, f"per-cluster accuracy ({CLUSTERS} k-means clusters, no labels)")
 
 
 def benchmarks_of(folder, query_ids):
@@ -75,7 +80,7 @@ def pool_figures(data, seed, draws, groups):
             routed.setdefault("overall accuracy", []).append(
                 routing_accuracy(truth, baselines.overall_accuracy(observed, n_test))
             )
-            for label, (train_groups, test_groups) in zip(LABELS, groups):
+            for label, (train_groups, test_groups) in zip(GROUPINGS, groups):
                 p = baselines.per_subject_accuracy(observed, train_groups, test_groups)
                 routed.setdefault(label, []).append(routing_accuracy(truth, p))
         for name, values in routed.items():
@@ -116,13 +121,13 @@ def report(per_pool):
         lines.append(f"| {label} | {column.mean():.3f} | {column.std(ddof=1):.3f} |")
     lines += [
         "",
-        "Each label baseline minus overall accuracy, paired by pool (the bar's"
+        "Each grouped tally minus overall accuracy, paired by pool (the bar's"
         " test: 'beyond the spread' when the mean exceeds the sd):",
         "",
         "| baseline | n | mean | sd | beyond the spread |",
         "|---|---|---|---|---|",
     ]
-    for label in LABELS:
+    for label in GROUPINGS:
         for n in (*SIZES, ALL):
             gap = np.array(
                 [f[f"{label}@{n}"] - f[f"overall accuracy@{n}"] for f in per_pool]
@@ -147,14 +152,14 @@ def locus_report(per_pool, seeds, lines, variant):
         " baseline's, paired by pool (mean, sd):",
         "",
         "| n | LOCUS | minus overall accuracy | minus per-subject (labels) "
-        "| minus per-benchmark (labels) |",
-        "|---|---|---|---|---|",
+        "| minus per-benchmark (labels) | minus per-cluster (no labels) |",
+        "|---|---|---|---|---|---|",
     ]
     by_seed = dict(zip(seeds, per_pool))
     for column, n in enumerate(SIZES):
         locus = np.array([rows[seed][column] for seed in pools])
         cells = [f"{locus.mean():.3f}"]
-        for name in ("overall accuracy", *LABELS):
+        for name in ("overall accuracy", *GROUPINGS):
             gap = locus - np.array([by_seed[seed][f"{name}@{n}"] for seed in pools])
             spread = gap.std(ddof=1) if len(gap) > 1 else float("nan")
             cells.append(f"{gap.mean():+.3f} ({spread:.3f})")
@@ -172,12 +177,14 @@ def main():
     parser.add_argument("--variant", default="defaults")
     args = parser.parse_args()
     data = OpenLLM(args.folder, args.encoder)
+    kmeans = KMeans(CLUSTERS, n_init=4, random_state=0).fit(data.train_vectors)
     groups = (
         (data.train_subjects, data.test_subjects),
         (
             benchmarks_of(args.folder, data.train_ids),
             benchmarks_of(args.folder, data.test_ids),
         ),
+        (kmeans.labels_, kmeans.predict(data.test_vectors)),
     )
     per_pool = []
     for seed in args.seeds:
