@@ -42,6 +42,7 @@ import openllm_baselines as baselines
 import pandas as pd
 from openllm import OpenLLM, draw_states
 from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
 
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import routing_accuracy
@@ -186,6 +187,8 @@ def main():
         ),
         (kmeans.labels_, kmeans.predict(data.test_vectors)),
     )
+    agreement = adjusted_rand_score(groups[1][0], groups[2][0])
+    print(f"{CLUSTERS} k-means clusters against the 5 benchmarks: ARI {agreement:.2f}")
     per_pool = []
     for seed in args.seeds:
         per_pool.append(pool_figures(data, seed, args.draws, groups))
