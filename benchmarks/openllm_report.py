@@ -236,6 +236,16 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
             "",
             "LOCUS minus each baseline, paired by seed; 'beyond spread' means the mean",
             "difference exceeds its standard deviation across seeds.",
+            *(
+                [
+                    "With few seeds that standard deviation is itself a rough",
+                    "guess: docs/tuning.md compares LOCUS with the baselines over",
+                    "4 to 8 pools (sections 'Tuned baselines' and 'Where the",
+                    "routing is to be won'), where some verdicts below do not hold.",
+                ]
+                if len(arguments.seeds) < 4
+                else []
+            ),
             "",
             *_bar_verdict(frame, TABLE_SIZES, LABEL_FREE, LOCUS, protocol["labels"]),
             "",
