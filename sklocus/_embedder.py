@@ -101,12 +101,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         correctness by 0.002-0.003 (sd 0.002) and left routing where it was; on
         synthetic data it separated planted duplicates worse (docs/tuning.md), so
         it is not the default.
-    refine_steps : int, default=0
-        Learned correction steps after the encoder: each scores the set's own
-        evaluations with the predictor and moves the embedding by a learned map
-        of the residual-weighted query projections, shrunk for small sets (see
-        :class:`~sklocus.nn.refinement.ResidualRefinement`). 0 is the paper's
-        network.
     predictor_hidden : int, default=64
         Hidden width of the correctness predictor.
     encoder_sizes : tuple of (int, int), default=(8, 512)
@@ -200,7 +194,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "n_layers": [Interval(numbers.Integral, 0, None, closed="left")],
         "n_heads": [Interval(numbers.Integral, 1, None, closed="left")],
         "prior_tokens": [Interval(numbers.Integral, 0, None, closed="left")],
-        "refine_steps": [Interval(numbers.Integral, 0, None, closed="left")],
         "predictor_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "encoder_sizes": [tuple],
         "decoder_size": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -231,7 +224,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         n_layers=2,
         n_heads=4,
         prior_tokens=0,
-        refine_steps=0,
         predictor_hidden=64,
         encoder_sizes=(8, 512),
         decoder_size=64,
@@ -258,7 +250,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.n_layers = n_layers
         self.n_heads = n_heads
         self.prior_tokens = prior_tokens
-        self.refine_steps = refine_steps
         self.predictor_hidden = predictor_hidden
         self.encoder_sizes = encoder_sizes
         self.decoder_size = decoder_size
@@ -383,7 +374,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             module__n_layers=self.n_layers,
             module__n_heads=self.n_heads,
             module__prior_tokens=self.prior_tokens,
-            module__refine_steps=self.refine_steps,
             module__predictor_hidden=self.predictor_hidden,
             module__dropout=self.dropout,
             criterion=MaskedBCEWithLogitsLoss,
@@ -489,13 +479,12 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         return _GPU_MAX_TOKENS
 
     def _embed(self, ragged, vectors):
-        network = self.net_.module_
+        encoder = self.net_.module_.encoder
         device = self.device_
         out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
         with self._inference():
             table = torch.as_tensor(vectors, device=device)
-            projected = network.encoder.tokenizer.project_queries(table)
-            predictor_projected = network.predictor.project_query(table)
+            projected = encoder.tokenizer.project_queries(table)
             for batch in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
                 codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
                 scores, _ = pad(
@@ -505,9 +494,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 # lets attention take its unmasked fast path.
                 mask = None if mask.all() else mask.to(device)
                 codes = codes.to(device)
-                z = network.embed_projected(
-                    projected, predictor_projected, codes, scores.to(device), mask
-                )
+                z = encoder.embed_projected(projected, codes, scores.to(device), mask)
                 out[batch] = z.float().cpu().numpy()
         return out
 

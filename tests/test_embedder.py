@@ -1,4 +1,3 @@
-import copy
 import subprocess
 import sys
 import textwrap
@@ -135,23 +134,6 @@ def test_prior_tokens_make_the_embedding_depend_on_the_evidence(data):
         z = embedder.transform([evaluations, doubled])
         gap = np.linalg.norm(z[0] - z[1]) / np.linalg.norm(z[0])
         assert (gap > 1e-3) if prior_tokens else (gap < 1e-5), (prior_tokens, gap)
-
-
-def test_refinement_steps_are_trained_and_keep_the_embedding_order_free(data):
-    embedder = LocusEmbedder(
-        query_encoder=data.encoder, **{**TINY, "refine_steps": 1}
-    ).fit(data.evaluation_sets)
-    (direction,) = embedder.net_.module_.refinement.directions
-    assert direction.weight.abs().max() > 0  # learnt away from its zero start
-    evaluations = data.evaluation_sets[3]
-    reordered = dict(list(evaluations.items())[::-1])
-    z = embedder.transform([evaluations, reordered])
-    assert np.abs(z[1] - z[0]).max() <= 1e-5
-    # transform embeds through the refinement: without it, the vectors differ.
-    encoder_only = copy.deepcopy(embedder)
-    with torch.no_grad():
-        encoder_only.net_.module_.refinement.directions[0].weight.zero_()
-    assert np.abs(z[0] - encoder_only.transform([evaluations])[0]).max() > 1e-4
 
 
 def test_determinism_bitwise_and_across_batches(fitted, data):
@@ -482,7 +464,6 @@ def test_misuse_gives_clear_errors(fitted, data):
         ({"query_noise": (0.1, -1.0)}, "query_noise=(0.1, -1.0) must be a tuple"),
         ({"n_latents": 0}, "'n_latents' parameter of LocusEmbedder must be an int"),
         ({"prior_tokens": -1}, "'prior_tokens' parameter of LocusEmbedder must be"),
-        ({"refine_steps": -1}, "'refine_steps' parameter of LocusEmbedder must be"),
         ({"query_encoder": 42}, "'query_encoder' parameter of LocusEmbedder"),
     ],
 )

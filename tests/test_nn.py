@@ -12,7 +12,6 @@ from sklocus.nn import (
     LatentBottleneckLayer,
     LocusNetwork,
     MultiHeadAttention,
-    ResidualRefinement,
     SetEncoder,
 )
 from sklocus.nn.batching import pad, size_buckets
@@ -227,71 +226,6 @@ def test_an_encoder_pickled_before_prior_tokens_still_loads():
     torch.testing.assert_close(loaded(*_coded(vectors), scores, mask), z)
 
 
-def _refinement_inputs(steps):
-    refinement = ResidualRefinement(DIM, steps)
-    with torch.no_grad():  # as after training: V away from its zero start
-        for direction in refinement.directions:
-            direction.weight.normal_()
-    predictor = CorrectnessPredictor(QUERY_DIM, DIM, hidden=8).eval()
-    vectors, scores, mask = _set_batch()
-    table, codes = _coded(vectors)
-    projected = predictor.project_query(table)
-    return refinement, predictor, projected, codes, scores, mask
-
-
-def test_refinement_is_one_learned_step_on_the_residuals():
-    refinement, predictor, projected, codes, scores, mask = _refinement_inputs(1)
-    z = torch.randn(BATCH, DIM)
-    refined = refinement(z, predictor, projected, codes, scores, mask)
-    # The straightforward computation, one set at a time.
-    count = torch.nn.functional.softplus(refinement.pseudo_counts[0])
-    for m in range(BATCH):
-        u = projected[codes[m, mask[m]]]
-        every = torch.arange(len(u))[None]
-        p = torch.sigmoid(predictor.score_projected(z[m : m + 1], u, every))
-        residuals = scores[m, mask[m]] - p[0]
-        step = refinement.directions[0](residuals @ u) / (mask[m].sum() + count)
-        torch.testing.assert_close(refined[m], z[m] + step, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("steps", [1, 2])
-def test_refinement_ignores_padding_and_order(steps):
-    refinement, predictor, projected, codes, scores, mask = _refinement_inputs(steps)
-    z = torch.randn(BATCH, DIM)
-    refined = refinement(z, predictor, projected, codes, scores, mask)
-    padded_scores = torch.where(mask, scores, torch.full_like(scores, 0.5))
-    padded_codes = torch.where(mask, codes, torch.zeros_like(codes))
-    torch.testing.assert_close(
-        refinement(z, predictor, projected, padded_codes, padded_scores, mask), refined
-    )
-    order = torch.randperm(N)
-    torch.testing.assert_close(
-        refinement(
-            z, predictor, projected, codes[:, order], scores[:, order], mask[:, order]
-        ),
-        refined,
-    )
-    alone = refinement(z[1:2], predictor, projected, codes[1:2, :4], scores[1:2, :4])
-    torch.testing.assert_close(alone, refined[1:2])
-
-
-def test_refinement_trusts_more_evidence_and_starts_as_the_identity():
-    refinement, predictor, projected, codes, scores, _ = _refinement_inputs(1)
-    z = torch.randn(BATCH, DIM)
-    once = refinement(z, predictor, projected, codes, scores) - z
-    twice = refinement(z, predictor, projected, codes.repeat(1, 2), scores.repeat(1, 2))
-    # The same rates from twice the evidence move the embedding further:
-    # (2n / (2n + c)) against (n / (n + c)) of the same direction.
-    c = torch.nn.functional.softplus(refinement.pseudo_counts[0])
-    torch.testing.assert_close(twice - z, once * 2 * (N + c) / (2 * N + c))
-    assert ((twice - z).norm(dim=1) > once.norm(dim=1)).all()
-    untrained = ResidualRefinement(DIM, 2)
-    torch.testing.assert_close(
-        untrained(z, predictor, projected, codes, scores), z, atol=0, rtol=0
-    )
-    assert ResidualRefinement(DIM, 0)(z, predictor, projected, codes, scores) is z
-
-
 def test_predictor_shape_and_pairwise_equals_forward():
     predictor = CorrectnessPredictor(QUERY_DIM, DIM, hidden=8).eval()
     z = torch.randn(4, DIM)
@@ -324,14 +258,8 @@ def _network_inputs():
     return table, codes, scores, mask, decoder
 
 
-@pytest.mark.parametrize("refine_steps", [0, 1])
-def test_network_shape_and_masking(refine_steps):
-    network = LocusNetwork(
-        QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2, refine_steps=refine_steps
-    ).eval()
-    with torch.no_grad():
-        for direction in network.refinement.directions:
-            direction.weight.normal_()
+def test_network_shape_and_masking():
+    network = LocusNetwork(QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2).eval()
     table, codes, scores, mask, decoder = _network_inputs()
     logits = network(table, codes, scores, mask, decoder)
     assert logits.shape == (BATCH, 5)
@@ -342,16 +270,6 @@ def test_network_shape_and_masking(refine_steps):
     keep[decoder] = True
     padded = torch.where(keep[:, None], table, padded)
     torch.testing.assert_close(network(padded, codes, scores, mask, decoder), logits)
-
-
-def test_a_network_pickled_before_refinement_still_loads():
-    network = LocusNetwork(QUERY_DIM, embedding_dim=DIM, n_latents=4, n_heads=2).eval()
-    inputs = _network_inputs()
-    logits = network(*inputs)
-    del network._modules["refinement"]  # as pickled by an older sklocus
-    loaded = pickle.loads(pickle.dumps(network))
-    assert len(loaded.refinement.directions) == 0
-    torch.testing.assert_close(loaded(*inputs), logits)
 
 
 def test_network_adds_query_noise_only_in_training():

@@ -8,7 +8,6 @@ from sklocus.nn.attention import (
 )
 from sklocus.nn.network import LocusNetwork
 from sklocus.nn.predictor import CorrectnessPredictor
-from sklocus.nn.refinement import ResidualRefinement
 from sklocus.nn.set_encoder import EvaluationTokenizer, SetEncoder
 
 __all__ = [
@@ -19,6 +18,5 @@ __all__ = [
     "LatentBottleneckLayer",
     "LocusNetwork",
     "MultiHeadAttention",
-    "ResidualRefinement",
     "SetEncoder",
 ]

@@ -6,7 +6,6 @@ import torch
 from torch import nn
 
 from sklocus.nn.predictor import CorrectnessPredictor
-from sklocus.nn.refinement import ResidualRefinement
 from sklocus.nn.set_encoder import SetEncoder
 
 
@@ -32,11 +31,6 @@ class LocusNetwork(nn.Module):
     prior_tokens : int, default=0
         Learned tokens added to every set by the encoder (see
         :class:`~sklocus.nn.set_encoder.SetEncoder`).
-    refine_steps : int, default=0
-        Learned steps that correct each embedding by the predictor's errors on the
-        set's own evaluations (see
-        :class:`~sklocus.nn.refinement.ResidualRefinement`; 0: the paper's
-        network).
 
     Attributes
     ----------
@@ -55,7 +49,6 @@ class LocusNetwork(nn.Module):
         predictor_hidden: int = 64,
         dropout: float = 0.1,
         prior_tokens: int = 0,
-        refine_steps: int = 0,
     ):
         super().__init__()
         self.encoder = SetEncoder(
@@ -70,43 +63,7 @@ class LocusNetwork(nn.Module):
         self.predictor = CorrectnessPredictor(
             query_dim, embedding_dim, predictor_hidden, dropout
         )
-        self.refinement = ResidualRefinement(embedding_dim, refine_steps)
         self.query_noise = 0.0
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        # A network pickled by sklocus before refinement existed has none.
-        if "refinement" not in self._modules:
-            width = self.predictor.project_query.out_features
-            self.refinement = ResidualRefinement(width, 0)
-
-    def embed_projected(
-        self, encoder_projected, predictor_projected, codes, scores, mask=None
-    ):
-        """Embed each set from a query table projected by encoder and predictor.
-
-        Parameters
-        ----------
-        encoder_projected : Tensor of shape (n_queries, 2, embedding_dim)
-            ``encoder.tokenizer.project_queries`` of the query table.
-        predictor_projected : Tensor of shape (n_queries, embedding_dim)
-            ``predictor.project_query`` of the query table.
-        codes : LongTensor of shape (batch, n_evals)
-            Row of the query table of each evaluation.
-        scores : Tensor of shape (batch, n_evals)
-        mask : BoolTensor of shape (batch, n_evals), optional
-            ``True`` for real evaluations, ``False`` for padding.
-
-        Returns
-        -------
-        Tensor of shape (batch, embedding_dim)
-        """
-        embeddings = self.encoder.embed_projected(
-            encoder_projected, codes, scores, mask
-        )
-        return self.refinement(
-            embeddings, self.predictor, predictor_projected, codes, scores, mask
-        )
 
     def _noisy(self, query_vectors):
         if self.training and self.query_noise > 0:
@@ -143,13 +100,4 @@ class LocusNetwork(nn.Module):
         embeddings = self.encoder(
             self._noisy(query_table), encoder_codes, encoder_scores, encoder_mask
         )
-        projected = self.predictor.project_query(self._noisy(query_table))
-        embeddings = self.refinement(
-            embeddings,
-            self.predictor,
-            projected,
-            encoder_codes,
-            encoder_scores,
-            encoder_mask,
-        )
-        return self.predictor.score_projected(embeddings, projected, decoder_codes)
+        return self.predictor(embeddings, self._noisy(query_table), decoder_codes)
