@@ -139,10 +139,10 @@ def report(per_pool):
     return "\n".join(lines)
 
 
-def locus_report(per_pool, seeds, lines, variant):
+def locus_report(per_pool, seeds, variant_lines, variant):
     """Markdown: LOCUS's routing minus each baseline's, paired by pool."""
     rows = {}
-    for line in lines:
+    for line in variant_lines:
         if line["variant"] == variant and line["seed"] in seeds:
             rows[line["seed"]] = line["routing"]
     if not rows:
