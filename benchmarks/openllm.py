@@ -74,9 +74,17 @@ class OpenLLM:
         self.names = list(data.models["model"])
         self.train_ids = list(queries.loc[queries["split"] == "train", "query_id"])
         self.test_ids = list(queries.loc[queries["split"] == "test", "query_id"])
-        subject = dict(zip(queries["query_id"], queries["subject"]))
-        self.train_subjects = np.array([subject[q] for q in self.train_ids])
-        self.test_subjects = np.array([subject[q] for q in self.test_ids])
+        by_id = queries.set_index("query_id")
+        self.train_subjects = (
+            by_id.loc[self.train_ids, "subject"].to_numpy().astype(str)
+        )
+        self.test_subjects = by_id.loc[self.test_ids, "subject"].to_numpy().astype(str)
+        self.train_benchmarks = (
+            by_id.loc[self.train_ids, "benchmark"].to_numpy().astype(str)
+        )
+        self.test_benchmarks = (
+            by_id.loc[self.test_ids, "benchmark"].to_numpy().astype(str)
+        )
         self.encoder = data.encoder
         self.train_vectors = data.encoder.transform(self.train_ids)
         self.test_vectors = data.encoder.transform(self.test_ids)

@@ -39,7 +39,6 @@ import json
 
 import numpy as np
 import openllm_baselines as baselines
-import pandas as pd
 from openllm import OpenLLM, draw_states
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
@@ -52,12 +51,6 @@ ALL = 806
 LABELS = ("per-subject accuracy (labels)", "per-benchmark accuracy (labels)")
 CLUSTERS = 8
 GROUPINGS = (*LABELS, f"per-cluster accuracy ({CLUSTERS} k-means clusters, no labels)")
-
-
-def benchmarks_of(folder, query_ids):
-    """The benchmark (arc, gsm8k, ...) of each query."""
-    queries = pd.read_parquet(f"{folder}/queries.parquet").set_index("query_id")
-    return queries.loc[list(query_ids), "benchmark"].to_numpy()
 
 
 def pool_figures(data, seed, draws, groups):
@@ -181,10 +174,7 @@ def main():
     kmeans = KMeans(CLUSTERS, n_init=4, random_state=0).fit(data.train_vectors)
     groups = (
         (data.train_subjects, data.test_subjects),
-        (
-            benchmarks_of(args.folder, data.train_ids),
-            benchmarks_of(args.folder, data.test_ids),
-        ),
+        (data.train_benchmarks, data.test_benchmarks),
         (kmeans.labels_, kmeans.predict(data.test_vectors)),
     )
     agreement = adjusted_rand_score(groups[1][0], groups[2][0])
