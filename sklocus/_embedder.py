@@ -25,6 +25,7 @@ from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
 from sklocus.metrics import correctness_accuracy
 from sklocus.nn.batching import pad, size_buckets
 from sklocus.nn.network import LocusNetwork
+from sklocus.nn.refinement import refine_embeddings
 from sklocus.nn.training import (
     MaskedBCEWithLogitsLoss,
     ModelSetDataset,
@@ -45,8 +46,29 @@ _MAX_SETS = 256
 _MAX_PAIRS = 1 << 20
 # Choices of inference_precision (torch dtype names).
 _PRECISIONS = ("float32", "bfloat16", "float16")
+# Adam's step size in test-time refinement (refine_steps).
+_REFINE_STEP_SIZE = 0.05
+# Parameters that shape the network: fine-tuning (warm_start) must keep them.
+_ARCHITECTURE = (
+    "embedding_dim",
+    "n_latents",
+    "n_layers",
+    "n_heads",
+    "prior_tokens",
+    "predictor_hidden",
+)
+# Parameters added since the first release, with the default that reproduces
+# what an embedder pickled before them did.
+_ADDED_PARAMETERS = {"refine_steps": 0, "refine_penalty": 0.1, "warm_start": False}
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
+
+
+def _check_refinement(steps, penalty):
+    if not (isinstance(steps, numbers.Integral) and steps >= 0):
+        raise ValueError(f"refine_steps={steps!r}; expected an integer >= 0")
+    if not (isinstance(penalty, numbers.Real) and penalty > 0):
+        raise ValueError(f"refine_penalty={penalty!r}; expected a number > 0")
 
 
 def _size_range(value):
@@ -155,6 +177,26 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         the hardware has 16-bit matrix units (GPUs' tensor cores) and moves
         embeddings by a small relative amount (measured in docs/performance.md).
         Training is always float32. May be changed on a fitted embedder.
+    refine_steps : int, default=0
+        Steps of test-time refinement in ``transform`` (and so in ``score``): each
+        model's forward-pass embedding is moved to explain the model's own
+        evaluations better under the frozen predictor, with ``refine_penalty``
+        keeping it near the forward pass (:mod:`sklocus.nn.refinement`). The result
+        is still a deterministic, permutation-invariant function of the
+        evaluation set, and no per-model parameter is stored. 0 embeds by the
+        forward pass alone. May be changed on a fitted embedder.
+    refine_penalty : float, default=0.1
+        Weight of the squared distance to the forward-pass embedding against the
+        summed log loss of the model's evaluations: the larger, the more
+        evaluations it takes to move an embedding.
+    warm_start : bool, default=False
+        When ``True`` and the embedder is fitted, ``fit`` continues training the
+        fitted network on the new evaluation sets (fine-tuning) instead of
+        starting from a fresh one. The fitted query encoder is kept, and the
+        parameters that shape the network (``embedding_dim``, ``n_latents``,
+        ``n_layers``, ``n_heads``, ``prior_tokens``, ``predictor_hidden``) must be
+        those it was fitted with. Optimiser state and training history start
+        afresh.
     random_state : int or None, default=None
         Seeds the initialisation and every draw of training; ``fit`` leaves the
         global torch and numpy random states as it found them.
@@ -210,6 +252,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
         "inference_precision": [StrOptions(set(_PRECISIONS))],
+        "refine_steps": [Interval(numbers.Integral, 0, None, closed="left")],
+        "refine_penalty": [Interval(numbers.Real, 0, None, closed="neither")],
+        "warm_start": ["boolean"],
         "random_state": ["random_state"],
         "callbacks": [list, None],
         "verbose": ["verbose"],
@@ -240,6 +285,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         patience=5,
         device="auto",
         inference_precision="float32",
+        refine_steps=0,
+        refine_penalty=0.1,
+        warm_start=False,
         random_state=None,
         callbacks=None,
         verbose=0,
@@ -266,6 +314,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.patience = patience
         self.device = device
         self.inference_precision = inference_precision
+        self.refine_steps = refine_steps
+        self.refine_penalty = refine_penalty
+        self.warm_start = warm_start
         self.random_state = random_state
         self.callbacks = callbacks
         self.verbose = verbose
@@ -313,11 +364,13 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         self._check_params()
         ragged = check_evaluation_sets(X)
-        encoder = self.query_encoder
-        if isinstance(encoder, str):
-            encoder = SentenceEncoder(model=encoder, device=self.device)
-        self.query_encoder_ = check_query_encoder(encoder)
-        vectors = self._encode(ragged.queries, fitted=False)
+        previous = self._warm_start_network()
+        if previous is None:
+            encoder = self.query_encoder
+            if isinstance(encoder, str):
+                encoder = SentenceEncoder(model=encoder, device=self.device)
+            self.query_encoder_ = check_query_encoder(encoder)
+        vectors = self._encode(ragged.queries, fitted=previous is not None)
         self.query_dim_ = vectors.shape[1]
         self.device_ = resolve_device(self.device)
 
@@ -326,11 +379,34 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             torch.manual_seed(seed)
             self.net_ = self._build_net(ragged, vectors, seed)
             draws = draws_per_model(ragged.n_sets, self.epoch_size)
-            self.net_.fit(ModelSetDataset(np.arange(ragged.n_sets), draws), y=None)
+            models = ModelSetDataset(np.arange(ragged.n_sets), draws)
+            if previous is None:
+                self.net_.fit(models, y=None)
+            else:
+                self.net_.initialize()
+                self.net_.module_.load_state_dict(previous.module_.state_dict())
+                # partial_fit trains the network as it stands; fit would
+                # initialise it afresh.
+                self.net_.partial_fit(models, y=None)
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()
         return self
+
+    def _warm_start_network(self):
+        """Return the fitted network to continue training, or None to start afresh."""
+        if not (self.warm_start and hasattr(self, "net_")):
+            return None
+        fitted = self.net_.get_params()
+        for name in _ARCHITECTURE:
+            was = fitted[f"module__{name}"]
+            if getattr(self, name) != was:
+                raise ValueError(
+                    f"warm_start=True continues training the fitted network, which "
+                    f"has {name}={was}; {name}={getattr(self, name)} needs a new "
+                    "network: set warm_start=False to fit one from scratch"
+                )
+        return self.net_
 
     def _seed(self):
         return int(
@@ -396,6 +472,10 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         )
 
     def __setstate__(self, state):
+        # Embedders pickled before a parameter existed load with its default,
+        # which behaves as they did.
+        for name, default in _ADDED_PARAMETERS.items():
+            state.setdefault(name, default)
         super().__setstate__(state)
         net = self.__dict__.get("net_")
         if net is not None:
@@ -496,7 +576,35 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 codes = codes.to(device)
                 z = encoder.embed_projected(projected, codes, scores.to(device), mask)
                 out[batch] = z.float().cpu().numpy()
+        if self.refine_steps:
+            self._refine(ragged, vectors, out)
         return out
+
+    def _refine(self, ragged, vectors, embeddings):
+        """Refine ``embeddings`` in place on each set's own evaluations."""
+        # Checked here: set_params on a fitted embedder skips fit's validation.
+        _check_refinement(self.refine_steps, self.refine_penalty)
+        predictor = self.net_.module_.predictor
+        device = self.device_
+        # Autograd cannot run under inference_mode; no_grad keeps the frozen
+        # predictor's weights out of the graph's outputs all the same.
+        with torch.no_grad():
+            projected = predictor.project_query(torch.as_tensor(vectors, device=device))
+        for batch in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
+            codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
+            scores, _ = pad([ragged.set_scores(i) for i in batch], 0.0, torch.float32)
+            z = refine_embeddings(
+                predictor,
+                torch.as_tensor(embeddings[batch], device=device),
+                projected,
+                codes.to(device),
+                scores.to(device),
+                None if mask.all() else mask.to(device),
+                steps=self.refine_steps,
+                penalty=self.refine_penalty,
+                step_size=_REFINE_STEP_SIZE,
+            )
+            embeddings[batch] = z.cpu().numpy()
 
     # -- prediction -------------------------------------------------------------
 
