@@ -180,6 +180,36 @@ def fold_embedders(folds, benchmark, arguments, overrides, finetune, small_sizes
     return fits
 
 
+def novelty_rows(folds, benchmark, embedder):
+    """Share of queries whose ``query_novelty`` exceeds 1, known kinds and new.
+
+    Test-split queries of the four trained benchmarks (new queries of known
+    kinds), and every query of the left-out benchmark.
+    """
+    data = folds.data
+    groups = {
+        "test queries of the trained benchmarks": [
+            q for q, b in zip(data.test_ids, data.test_benchmarks) if b != benchmark
+        ],
+        "queries of the left-out benchmark": folds.queries(benchmark, "train")[1]
+        + folds.queries(benchmark, "test")[1],
+    }
+    rows = []
+    for label, queries in groups.items():
+        novelty = embedder.query_novelty(queries)
+        rows.append(
+            dict(
+                kind="novelty",
+                fold=benchmark,
+                queries=label,
+                count=len(queries),
+                beyond=float((novelty > 1).mean()),
+                median=float(np.median(novelty)),
+            )
+        )
+    return rows
+
+
 def locus_predictions(embedder, drawn, test_ids):
     out = {}
     for label, steps in (("forward", 0), ("refined", REFINE_STEPS)):
@@ -293,6 +323,8 @@ def run(arguments):
                     commit=commit,
                 )
                 lines.write(json.dumps(record) + "\n")
+            for row in novelty_rows(folds, benchmark, fits["zero-shot"][0]):
+                lines.write(json.dumps(dict(row, commit=commit)) + "\n")
             for pool_seed in arguments.pools:
                 rows = evaluate_pool(
                     folds, benchmark, pool_seed, fits, arguments.sizes, arguments.draws
@@ -415,6 +447,25 @@ def summary(lines):
                     "routing, refined",
                 ],
                 rows,
+            )
+        )
+    novelty = [line for line in lines if line["kind"] == "novelty"]
+    if novelty:
+        parts.append(
+            "### How new the queries look (`query_novelty` of the zero-shot "
+            "embedder)\n\n"
+            + _table(
+                ["left out", "queries", "count", "median novelty", "share above 1"],
+                [
+                    [
+                        r["fold"],
+                        r["queries"],
+                        r["count"],
+                        f"{r['median']:.2f}",
+                        f"{r['beyond']:.2f}",
+                    ]
+                    for r in novelty
+                ],
             )
         )
     rows = [

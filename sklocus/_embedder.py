@@ -13,6 +13,7 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
+from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -46,6 +47,8 @@ _MAX_SETS = 256
 _MAX_PAIRS = 1 << 20
 # Choices of inference_precision (torch dtype names).
 _PRECISIONS = ("float32", "bfloat16", "float16")
+# Clusters of training queries that query_novelty measures distances to.
+_QUERY_CLUSTERS = 32
 # Adam's step size in test-time refinement (refine_steps).
 _REFINE_STEP_SIZE = 0.05
 # Parameters that shape the network: fine-tuning (warm_start) must keep them.
@@ -62,6 +65,25 @@ _ARCHITECTURE = (
 _ADDED_PARAMETERS = {"refine_steps": 0, "refine_penalty": 0.1, "warm_start": False}
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
+
+
+def _summarise_queries(vectors, seed, previous=None):
+    """Centres of the training queries' encodings and their 95% radius.
+
+    ``query_novelty`` measures a query's distance to the nearest centre in units of
+    the radius within which 95% of the training queries lie from theirs. After
+    fine-tuning (``previous``: the fitted centres and radius) both query sets count.
+    """
+    n_clusters = min(_QUERY_CLUSTERS, len(vectors))
+    kmeans = KMeans(n_clusters=n_clusters, n_init=1, random_state=seed).fit(vectors)
+    distances = kmeans.transform(vectors).min(axis=1)
+    centres = kmeans.cluster_centers_.astype(np.float32)
+    radius = float(np.quantile(distances, 0.95))
+    if previous is not None:
+        centres = np.concatenate([previous[0], centres])
+        radius = max(radius, previous[1])
+    # Identical training queries leave a radius of 0; any new query is then novel.
+    return centres, max(radius, np.finfo(np.float32).tiny)
 
 
 def _check_refinement(steps, penalty):
@@ -215,6 +237,11 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         Width of the query encodings.
     device_ : str
         The device the network runs on.
+    query_centroids_ : ndarray of shape (n_centres, query_dim)
+        k-means centres of the training queries' encodings (of every fit, when
+        fine-tuned), read by ``query_novelty``.
+    query_radius_ : float
+        Distance from their centre within which 95% of the training queries lie.
 
     Examples
     --------
@@ -375,6 +402,12 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         self.device_ = resolve_device(self.device)
 
         seed = self._seed()
+        previous_queries = None
+        if previous is not None:
+            previous_queries = (self.query_centroids_, self.query_radius_)
+        self.query_centroids_, self.query_radius_ = _summarise_queries(
+            vectors, seed, previous_queries
+        )
         with torch.random.fork_rng(devices=self._rng_devices()):
             torch.manual_seed(seed)
             self.net_ = self._build_net(ragged, vectors, seed)
@@ -605,6 +638,45 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 step_size=_REFINE_STEP_SIZE,
             )
             embeddings[batch] = z.cpu().numpy()
+
+    def query_novelty(self, queries):
+        """How far each query lies from the queries the embedder was trained on.
+
+        The distance of a query's encoding to the nearest of ``query_centroids_``
+        (k-means centres of the training queries' encodings), divided by
+        ``query_radius_``, within which 95% of the training queries lie from
+        their centre. Values above 1 are rarer than 1 in 20 among the training
+        queries. When most of a user's queries exceed 1, the predictor reads them
+        with terms learnt elsewhere: refine the embeddings (``refine_steps``) or
+        fine-tune on the user's models (``warm_start``). On the Open LLM data,
+        docs/results.md gives the share above 1 for new queries of the trained
+        benchmarks and for a benchmark left out of training.
+
+        Parameters
+        ----------
+        queries : sequence
+            Queries understood by the query encoder.
+
+        Returns
+        -------
+        ndarray of shape (n_queries,), dtype float32
+        """
+        check_is_fitted(self, "net_")
+        if not hasattr(self, "query_centroids_"):
+            raise ValueError(
+                "this embedder was fitted by an sklocus that did not record its "
+                "training queries' centres; refit it to use query_novelty"
+            )
+        vectors = self._encode(list(queries))
+        distances = np.sqrt(
+            np.maximum(
+                (vectors**2).sum(axis=1)[:, None]
+                - 2 * vectors @ self.query_centroids_.T
+                + (self.query_centroids_**2).sum(axis=1)[None, :],
+                0,
+            )
+        )
+        return (distances.min(axis=1) / self.query_radius_).astype(np.float32)
 
     # -- prediction -------------------------------------------------------------
 

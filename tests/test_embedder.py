@@ -484,3 +484,179 @@ def test_bad_evaluation_sets_are_named(data):
         LocusEmbedder(query_encoder=data.encoder, **TINY).fit(
             [{"q00000": 1.0}, {"q00001": 3.0}]
         )
+
+
+# -- test-time refinement -------------------------------------------------------------
+
+
+def _refining(embedder, steps=10, penalty=0.1):
+    import copy
+
+    return copy.deepcopy(embedder).set_params(
+        refine_steps=steps, refine_penalty=penalty
+    )
+
+
+def test_refined_embeddings_are_deterministic_and_invariant(fitted, data):
+    refining = _refining(fitted)
+    sets = data.evaluation_sets[:6]
+    z = refining.transform(sets)
+    np.testing.assert_array_equal(refining.transform(sets), z)
+    assert not np.allclose(z, fitted.transform(sets), atol=1e-4)
+    # Batch-independent: a set embeds alike alone and among others.
+    np.testing.assert_allclose(refining.transform(sets[2:3]), z[2:3], atol=1e-5)
+    rng = np.random.default_rng(0)
+    shuffled = [dict(rng.permutation(list(s.items())).tolist()) for s in sets]
+    shuffled = [{q: float(v) for q, v in s.items()} for s in shuffled]
+    np.testing.assert_allclose(refining.transform(shuffled), z, atol=1e-5)
+
+
+def test_refinement_fits_a_models_own_evaluations_better(trained):
+    embedder, data, train_part, _, _ = trained
+    sets = train_part[120:150]
+    forward = embedder.transform(sets)
+    refined = _refining(embedder, steps=50).transform(sets)
+
+    def log_loss(z):
+        losses = []
+        for row, evaluations in zip(z, sets):
+            queries = list(evaluations)
+            p = embedder.predict_correctness(row[None], queries)[0].clip(1e-6, 1 - 1e-6)
+            y = np.array([evaluations[q] for q in queries])
+            losses.append(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+        return np.array(losses)
+
+    assert (log_loss(refined) < log_loss(forward)).all()
+    # The penalty decides how far evidence moves an embedding.
+    stiff = _refining(embedder, steps=50, penalty=1e4).transform(sets)
+    assert np.abs(stiff - forward).max() < np.abs(refined - forward).max() / 10
+
+
+def test_refinement_settings_are_checked_on_a_fitted_embedder(fitted, data):
+    with pytest.raises(ValueError, match="refine_penalty=0"):
+        _refining(fitted, penalty=0).transform(data.evaluation_sets[:2])
+    with pytest.raises(ValueError, match="refine_steps=-1"):
+        _refining(fitted, steps=-1).transform(data.evaluation_sets[:2])
+
+
+# -- fine-tuning (warm_start) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fine_tuned(fitted, data):
+    import copy
+
+    return (
+        copy.deepcopy(fitted)
+        .set_params(warm_start=True, max_epochs=2, random_state=1)
+        .fit(data.evaluation_sets[:12])
+    )
+
+
+def test_fine_tuning_starts_from_the_fitted_network(fitted, data):
+    import copy
+
+    frozen = copy.deepcopy(fitted).set_params(
+        warm_start=True, lr=1e-30, predictor_lr=1e-30, weight_decay=0, max_epochs=1
+    )
+    frozen.fit(data.evaluation_sets[:12])
+    sets = data.evaluation_sets[20:24]
+    np.testing.assert_allclose(
+        frozen.transform(sets), fitted.transform(sets), atol=1e-6
+    )
+    afresh = (
+        copy.deepcopy(fitted).set_params(max_epochs=1).fit(data.evaluation_sets[:12])
+    )
+    assert not np.allclose(afresh.transform(sets), fitted.transform(sets), atol=1e-3)
+
+
+def test_fine_tuning_is_deterministic_and_keeps_the_query_encoder(
+    fitted, fine_tuned, data
+):
+    import copy
+
+    again = (
+        copy.deepcopy(fitted)
+        .set_params(warm_start=True, max_epochs=2, random_state=1)
+        .fit(data.evaluation_sets[:12])
+    )
+    sets = data.evaluation_sets[20:26]
+    np.testing.assert_array_equal(again.transform(sets), fine_tuned.transform(sets))
+    assert not np.allclose(
+        fine_tuned.transform(sets), fitted.transform(sets), atol=1e-4
+    )
+    assert fine_tuned.query_encoder_ is not None
+    assert fine_tuned.query_dim_ == fitted.query_dim_
+    reordered = [dict(reversed(list(s.items()))) for s in sets]
+    np.testing.assert_allclose(
+        fine_tuned.transform(reordered), fine_tuned.transform(sets), atol=1e-5
+    )
+    # Training queries of both fits count as known.
+    assert len(fine_tuned.query_centroids_) > len(fitted.query_centroids_)
+
+
+def test_fine_tuning_refuses_another_architecture(fitted, data):
+    import copy
+
+    changed = copy.deepcopy(fitted).set_params(warm_start=True, n_latents=8)
+    with pytest.raises(
+        ValueError, match="n_latents=4; n_latents=8 needs a new network"
+    ):
+        changed.fit(data.evaluation_sets[:12])
+
+
+def test_fine_tuned_embedder_round_trips_through_joblib_in_a_fresh_process(
+    fine_tuned, data, tmp_path
+):
+    path = tmp_path / "fine_tuned.joblib"
+    joblib.dump(fine_tuned, path)
+    expected = fine_tuned.transform(data.evaluation_sets[:3])
+    np.save(tmp_path / "expected.npy", expected)
+    script = textwrap.dedent(
+        f"""
+        import joblib, numpy as np
+        from sklocus.datasets import make_evaluations
+        data = make_evaluations(n_models=48, n_queries=300, evals_per_model=(40, 150),
+                                query_dim=16, random_state=0)
+        embedder = joblib.load({str(path)!r})
+        assert embedder.warm_start
+        z = embedder.transform(data.evaluation_sets[:3])
+        np.testing.assert_array_equal(z, np.load({str(tmp_path / "expected.npy")!r}))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_an_embedder_pickled_before_refinement_and_warm_start_still_loads(fitted, data):
+    import pickle
+
+    old = pickle.loads(pickle.dumps(fitted))
+    for name in ("refine_steps", "refine_penalty", "warm_start"):
+        del old.__dict__[name]
+    loaded = pickle.loads(pickle.dumps(old))
+    assert (loaded.refine_steps, loaded.warm_start) == (0, False)
+    sets = data.evaluation_sets[:3]
+    np.testing.assert_array_equal(loaded.transform(sets), fitted.transform(sets))
+
+
+# -- how new the queries are ------------------------------------------------------------
+
+
+def test_query_novelty_tells_new_kinds_of_queries_apart():
+    rng = np.random.default_rng(0)
+    known = rng.normal(size=(200, 8)).astype(np.float32)
+    far = known[:50] + 6.0
+    ids = [f"q{i}" for i in range(250)]
+    encoder = PrecomputedEncoder(ids, np.concatenate([known, far]))
+    sets = [
+        {ids[j]: float(rng.integers(0, 2)) for j in rng.choice(200, 60, replace=False)}
+        for _ in range(20)
+    ]
+    embedder = LocusEmbedder(query_encoder=encoder, **TINY).fit(sets)
+    seen = [q for s in sets for q in s]
+    novelty = embedder.query_novelty(sorted(set(seen)))
+    assert novelty.shape == (len(set(seen)),) and novelty.dtype == np.float32
+    assert 0.03 <= (novelty > 1).mean() <= 0.07
+    assert (embedder.query_novelty(ids[200:]) > 2).all()
+    with pytest.raises(NotFittedError):
+        LocusEmbedder().query_novelty(["q1"])

@@ -337,3 +337,105 @@ def test_collator_keeps_validation_queries_out_of_training():
     torch.testing.assert_close(
         queries(again, "encoder")[1], queries(inputs, "encoder")[0]
     )
+
+
+# -- test-time refinement -----------------------------------------------------------
+
+
+def _refinement_inputs():
+    predictor = CorrectnessPredictor(QUERY_DIM, DIM, hidden=8).eval()
+    with torch.no_grad():
+        projected = predictor.project_query(torch.randn(10, QUERY_DIM))
+    codes = torch.randint(0, 10, (BATCH, N))
+    scores = torch.randint(0, 2, (BATCH, N)).float()
+    mask = torch.ones(BATCH, N, dtype=torch.bool)
+    mask[1, 4:] = False
+    mask[2, 1:] = False
+    return predictor, torch.randn(BATCH, DIM), projected, codes, scores, mask
+
+
+def _objective(predictor, z, start, projected, codes, scores, mask, penalty):
+    logits = predictor.score_projected(z, projected, codes)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(
+        logits, scores, weight=mask.float(), reduction="none"
+    ).sum(1)
+    return loss + 0.5 * penalty * (z - start).pow(2).sum(1)
+
+
+def test_refinement_lowers_each_sets_objective_and_keeps_the_predictor():
+    from sklocus.nn.refinement import refine_embeddings
+
+    predictor, start, projected, codes, scores, mask = _refinement_inputs()
+    before = [p.clone() for p in predictor.parameters()]
+    refined = refine_embeddings(
+        predictor,
+        start,
+        projected,
+        codes,
+        scores,
+        mask,
+        steps=30,
+        penalty=0.1,
+        step_size=0.05,
+    )
+    with torch.no_grad():
+        old = _objective(predictor, start, start, projected, codes, scores, mask, 0.1)
+        new = _objective(predictor, refined, start, projected, codes, scores, mask, 0.1)
+    assert (new < old).all()
+    assert not refined.requires_grad
+    for was, now in zip(before, predictor.parameters()):
+        assert torch.equal(was, now)
+
+
+def test_refinement_ignores_padding_and_the_rest_of_the_batch():
+    from sklocus.nn.refinement import refine_embeddings
+
+    predictor, start, projected, codes, scores, mask = _refinement_inputs()
+    kwargs = dict(steps=20, penalty=0.1, step_size=0.05)
+    together = refine_embeddings(
+        predictor, start, projected, codes, scores, mask, **kwargs
+    )
+    noisy_codes = codes.clone()
+    noisy_codes[~mask] = torch.randint(0, 10, (int((~mask).sum()),))
+    noisy_scores = _scramble_padding(scores.unsqueeze(-1), mask).squeeze(-1)
+    scrambled = refine_embeddings(
+        predictor, start, projected, noisy_codes, noisy_scores, mask, **kwargs
+    )
+    torch.testing.assert_close(scrambled, together)
+    for i in range(BATCH):
+        n = int(mask[i].sum())
+        alone = refine_embeddings(
+            predictor,
+            start[i : i + 1],
+            projected,
+            codes[i : i + 1, :n],
+            scores[i : i + 1, :n],
+            None,
+            **kwargs,
+        )
+        torch.testing.assert_close(alone, together[i : i + 1], atol=1e-5, rtol=1e-5)
+
+
+def test_refinement_moves_less_under_a_larger_penalty():
+    from sklocus.nn.refinement import refine_embeddings
+
+    predictor, start, projected, codes, scores, mask = _refinement_inputs()
+    moved = [
+        (
+            refine_embeddings(
+                predictor,
+                start,
+                projected,
+                codes,
+                scores,
+                mask,
+                steps=200,
+                penalty=penalty,
+                step_size=0.05,
+            )
+            - start
+        ).norm(dim=1)
+        for penalty in (0.01, 1.0, 100.0)
+    ]
+    assert (moved[0] > moved[1]).all() and (moved[1] > moved[2]).all()
+    assert (moved[2] < 0.05).all()
