@@ -13,6 +13,7 @@ import pandas as pd
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
+from openllm_transfer_report import keep_section  # noqa: E402
 
 
 def _mean_spread(values):
@@ -366,7 +367,8 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
                 for a, m, n, c, r in query_rows
             ],
         ]
-    path.write_text("\n".join(lines) + "\n")
+    old = path.read_text() if path.exists() else ""
+    path.write_text(keep_section(old, "\n".join(lines) + "\n"))
 
 
 def _commit():

@@ -3,8 +3,9 @@
     python benchmarks/openllm_transfer.py DATA_FOLDER [--folds arc gsm8k ...]
         [--pools 0 1 2] [--sizes 32 64 128 256] [--draws 3] [--set name=value ...]
         [--finetune name=value ...] [--small-pool gsm8k] [--cache DIR]
-        [--out results.jsonl]
-    python benchmarks/openllm_transfer.py --summary results.jsonl [--markdown]
+        [--refine STEPS PENALTY] [--out results.jsonl]
+
+``benchmarks/openllm_transfer_report.py`` turns the JSON lines into tables.
 
 Protocol. Each fold leaves one of the data's five benchmarks (arc, gsm8k, mmlu,
 truthfulqa, winogrande) out of training. Three groups of models are kept apart:
@@ -24,7 +25,8 @@ truthfulqa, winogrande) out of training. Three groups of models are kept apart:
   benchmarks pretrain the fold's embedder (``LocusEmbedder`` with ``--set``).
 
 Methods, for each fold and pool (LOCUS rows name their embedder; "refined" is
-``refine_steps=REFINE_STEPS`` at the default penalty, "forward" the forward pass):
+``refine_steps`` and ``refine_penalty`` from ``--refine STEPS PENALTY``, 50 and 0.1
+by default; "forward" the forward pass):
 
 - zero-shot: the public-pool embedder, used as it is;
 - fine-tuned: it, continued on the 20 user models (``warm_start=True`` with
@@ -45,7 +47,7 @@ evaluations on the other four benchmarks and predicts their test-split queries.
 Fitted embedders are cached in ``--cache`` (joblib) under names that include the
 fold and the ``--set``/``--finetune`` parameters, so that a rerun that changes only
 the evaluation refits nothing. One JSON line per (setting, fold, pool, method, n)
-is appended to ``--out``; ``--summary`` prints the tables of docs/results.md.
+is appended to ``--out``.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ BENCHMARKS = ("arc", "gsm8k", "mmlu", "truthfulqa", "winogrande")
 USER_MODELS = 100
 FINETUNE_MODELS = 20
 SMALL_POOLS = (10, 20, 50, 100)
-REFINE_STEPS = 50
+REFINE = (50, 0.1)  # refine_steps, refine_penalty
 
 
 def _commit():
@@ -210,16 +212,17 @@ def novelty_rows(folds, benchmark, embedder):
     return rows
 
 
-def locus_predictions(embedder, drawn, test_ids):
+def locus_predictions(embedder, drawn, test_ids, refine):
+    steps, penalty = int(refine[0]), float(refine[1])
     out = {}
-    for label, steps in (("forward", 0), ("refined", REFINE_STEPS)):
-        embedder.set_params(refine_steps=steps)
+    for label, how in (("forward", 0), ("refined", steps)):
+        embedder.set_params(refine_steps=how, refine_penalty=penalty)
         out[label] = embedder.predict_correctness(embedder.transform(drawn), test_ids)
     embedder.set_params(refine_steps=0)
     return out
 
 
-def evaluate_pool(folds, benchmark, pool_seed, fits, sizes, draws):
+def evaluate_pool(folds, benchmark, pool_seed, fits, sizes, draws, refine):
     """Rows of every method on one fold and pool, transfer and in-domain."""
     data = folds.data
     pool = folds.pools[pool_seed]
@@ -252,7 +255,8 @@ def evaluate_pool(folds, benchmark, pool_seed, fits, sizes, draws):
                 observed, _ = to_matrix(drawn, queries=train_ids)
                 predictions = {}
                 for label, embedder in embedders.items():
-                    for how, p in locus_predictions(embedder, drawn, test_ids).items():
+                    found = locus_predictions(embedder, drawn, test_ids, refine)
+                    for how, p in found.items():
                         predictions[f"LOCUS {label}, {how}"] = p
                 predictions["overall accuracy"] = baselines.overall_accuracy(
                     observed, len(test_ids)
@@ -327,167 +331,29 @@ def run(arguments):
                 lines.write(json.dumps(dict(row, commit=commit)) + "\n")
             for pool_seed in arguments.pools:
                 rows = evaluate_pool(
-                    folds, benchmark, pool_seed, fits, arguments.sizes, arguments.draws
+                    folds,
+                    benchmark,
+                    pool_seed,
+                    fits,
+                    arguments.sizes,
+                    arguments.draws,
+                    arguments.refine,
                 )
                 for row in rows:
-                    row.update(kind="score", set=arguments.set, commit=commit)
+                    row.update(
+                        kind="score",
+                        set=arguments.set,
+                        finetune=arguments.finetune,
+                        refine=list(arguments.refine),
+                        commit=commit,
+                    )
                     lines.write(json.dumps(row) + "\n")
                 print(f"  pool {pool_seed}: {len(rows)} rows", flush=True)
 
 
-def _cell(values):
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return f"{values.mean():.3f}"
-    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
-
-
-def _table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _figures(scores, setting, fold):
-    """{(method, n): {pool: (correctness, routing)}} of one setting and fold."""
-    out = {}
-    for row in scores:
-        if row["setting"] == setting and row["fold"] == fold:
-            out.setdefault((row["method"], row["n"]), {})[row["pool"]] = (
-                row["correctness"],
-                row["routing"],
-            )
-    return out
-
-
-def _difference(figures, method, against, n, metric):
-    """Per-pool differences of ``method`` minus ``against`` at ``n``."""
-    a, b = figures.get((method, n), {}), figures.get((against, n), {})
-    return [a[p][metric] - b[p][metric] for p in sorted(a) if p in b]
-
-
-ZERO_SHOT = "LOCUS zero-shot, refined"
-FINE_TUNED = f"LOCUS fine-tuned on {FINETUNE_MODELS}, refined"
-SCRATCH = f"LOCUS scratch on {FINETUNE_MODELS}, refined"
-
-
-def summary(lines):
-    """The markdown tables of docs/results.md from the JSON lines."""
-    scores = [line for line in lines if line["kind"] == "score"]
-    fits = [line for line in lines if line["kind"] == "fit"]
-    folds = list(dict.fromkeys(row["fold"] for row in scores))
-    parts = []
-    for fold in folds:
-        figures = _figures(scores, "transfer", fold)
-        sizes = sorted({n for _, n in figures})
-        methods = list(dict.fromkeys(m for m, _ in figures))
-        pools = sorted({p for f in figures.values() for p in f})
-        test = next(r["n_test"] for r in scores if r["fold"] == fold)
-        rows = []
-        for metric, name in ((0, "correctness"), (1, "routing")):
-            rows.append([f"**{name}**"] + [""] * len(sizes))
-            for method in methods:
-                rows.append(
-                    [method]
-                    + [
-                        _cell([v[metric] for v in figures[method, n].values()])
-                        for n in sizes
-                    ]
-                )
-        parts.append(
-            f"### {fold} left out ({test} test queries, pools {pools})\n\n"
-            + _table(["method"] + [f"n = {n}" for n in sizes], rows)
-        )
-    comparisons = (
-        (ZERO_SHOT, "overall accuracy"),
-        (ZERO_SHOT, "MF (dim 16)"),
-        (ZERO_SHOT, "LOCUS zero-shot, forward"),
-        (FINE_TUNED, SCRATCH),
-        (FINE_TUNED, ZERO_SHOT),
-        (FINE_TUNED, "overall accuracy"),
-        (FINE_TUNED, "MF (dim 16)"),
-    )
-    rows = []
-    for method, against in comparisons:
-        for fold in folds:
-            figures = _figures(scores, "transfer", fold)
-            for n in sorted({n for _, n in figures}):
-                cells = []
-                for metric in (0, 1):
-                    differences = _difference(figures, method, against, n, metric)
-                    cells.append(_cell(differences) if differences else "")
-                rows.append([method, against, fold, n, *cells])
-    parts.append(
-        "### Differences, paired by pool (mean ± sd over pools)\n\n"
-        + _table(["method", "minus", "fold", "n", "correctness", "routing"], rows)
-    )
-    rows = []
-    for fold in folds:
-        figures = _figures(scores, "in-domain", fold)
-        for n in sorted({n for _, n in figures}):
-            cells = []
-            for metric in (0, 1):
-                forward = figures["LOCUS zero-shot, forward", n]
-                refined = figures[ZERO_SHOT, n]
-                cells += [
-                    _cell([v[metric] for v in forward.values()]),
-                    _cell([v[metric] for v in refined.values()]),
-                ]
-            rows.append([fold, n, *cells])
-    if rows:
-        parts.append(
-            "### In domain: the public-pool embedder on the other four benchmarks\n\n"
-            + _table(
-                [
-                    "left out",
-                    "n",
-                    "correctness, forward",
-                    "correctness, refined",
-                    "routing, forward",
-                    "routing, refined",
-                ],
-                rows,
-            )
-        )
-    novelty = [line for line in lines if line["kind"] == "novelty"]
-    if novelty:
-        parts.append(
-            "### How new the queries look (`query_novelty` of the zero-shot "
-            "embedder)\n\n"
-            + _table(
-                ["left out", "queries", "count", "median novelty", "share above 1"],
-                [
-                    [
-                        r["fold"],
-                        r["queries"],
-                        r["count"],
-                        f"{r['median']:.2f}",
-                        f"{r['beyond']:.2f}",
-                    ]
-                    for r in novelty
-                ],
-            )
-        )
-    rows = [
-        [
-            f["fold"],
-            f["embedder"],
-            f["epochs"],
-            "cached" if f["seconds"] is None else f"{f['seconds']:.0f} s",
-            f["commit"],
-        ]
-        for f in fits
-    ]
-    parts.append(
-        "### Fits\n\n"
-        + _table(["fold", "embedder", "epochs", "fit time", "commit"], rows)
-    )
-    return "\n\n".join(parts)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data", nargs="?", help="folder of the Open LLM data")
+    parser.add_argument("data", help="folder of the Open LLM data")
     parser.add_argument("--encoder", default="all-mpnet-base-v2")
     parser.add_argument("--folds", nargs="+", default=list(BENCHMARKS))
     parser.add_argument("--pools", type=int, nargs="+", default=[0, 1, 2])
@@ -501,16 +367,18 @@ def main():
         metavar="NAME=VALUE",
         help="parameters changed for fine-tuning (e.g. max_epochs=4)",
     )
+    parser.add_argument(
+        "--refine",
+        nargs=2,
+        type=float,
+        default=REFINE,
+        metavar=("STEPS", "PENALTY"),
+        help="refine_steps and refine_penalty of the refined rows",
+    )
     parser.add_argument("--small-pool", default="mmlu", choices=BENCHMARKS)
     parser.add_argument("--cache", default="transfer-cache")
     parser.add_argument("--out", default="transfer.jsonl")
-    parser.add_argument("--summary", metavar="LINES", help="print the tables")
     arguments = parser.parse_args()
-    if arguments.summary:
-        print(summary([json.loads(line) for line in open(arguments.summary)]))
-        return
-    if arguments.data is None:
-        parser.error("DATA_FOLDER is needed unless --summary is given")
     run(arguments)
 
 

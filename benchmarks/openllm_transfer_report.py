@@ -1,0 +1,361 @@
+"""Tables of ``openllm_transfer.py``'s JSON lines: docs/transfer.md and the transfer
+section of docs/results.md.
+
+    python benchmarks/openllm_transfer_report.py LINES [LINES ...] [--docs docs]
+
+Several files may be given: rows that two files share (same setting, fold, pool,
+method and n) are taken from the first, and each fine-tuned row is labelled with the
+``--finetune`` parameters of its run, so runs that differ only in the fine-tuning
+recipe read as one table. Without ``--docs`` the full page is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+FINETUNE_MODELS = 20
+ZERO_SHOT = "LOCUS zero-shot, refined"
+FORWARD = "LOCUS zero-shot, forward"
+SCRATCH = f"LOCUS scratch on {FINETUNE_MODELS}, refined"
+BASELINES = ("overall accuracy", "MF (dim 16)")
+BEGIN = "<!-- transfer: written by benchmarks/openllm_transfer_report.py -->"
+END = "<!-- end of transfer -->"
+
+
+def _recipe(finetune):
+    return " ".join(finetune) if finetune else "defaults"
+
+
+def load(paths):
+    """Score, fit and novelty records of several runs, fine-tuned rows relabelled."""
+    seen, records = set(), []
+    for path in paths:
+        lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        recipes = {r["fold"]: r["finetune"] for r in lines if r["kind"] == "fit"}
+        for record in lines:
+            record = dict(record)
+            finetune = record.get("finetune", recipes.get(record["fold"]))
+            for field in ("method", "embedder"):
+                label = record.get(field, "")
+                if "fine-tuned" in label:
+                    record[field] = label.replace(
+                        f"on {FINETUNE_MODELS}",
+                        f"on {FINETUNE_MODELS} [{_recipe(finetune)}]",
+                    )
+            key = tuple(
+                record.get(k)
+                for k in ("kind", "setting", "fold", "pool", "method", "n")
+            ) + (record.get("embedder"), record.get("queries"))
+            if key not in seen:
+                seen.add(key)
+                records.append(record)
+    return records
+
+
+def _cell(values):
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return f"{values.mean():.3f}"
+    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _figures(scores, setting, fold):
+    """{(method, n): {pool: (correctness, routing)}} of one setting and fold."""
+    out = {}
+    for row in scores:
+        if row["setting"] == setting and row["fold"] == fold:
+            out.setdefault((row["method"], row["n"]), {})[row["pool"]] = (
+                row["correctness"],
+                row["routing"],
+            )
+    return out
+
+
+def _difference(figures, method, against, n, metric):
+    """Per-pool differences of ``method`` minus ``against`` at ``n``."""
+    a, b = figures.get((method, n), {}), figures.get((against, n), {})
+    return [a[p][metric] - b[p][metric] for p in sorted(a) if p in b]
+
+
+def _methods(figures):
+    return list(dict.fromkeys(m for m, _ in figures))
+
+
+def _fine_tuned(scores):
+    return list(
+        dict.fromkeys(
+            r["method"]
+            for r in scores
+            if "fine-tuned" in r["method"] and r["method"].endswith("refined")
+        )
+    )
+
+
+def fold_tables(scores):
+    parts = []
+    for fold in dict.fromkeys(row["fold"] for row in scores):
+        figures = _figures(scores, "transfer", fold)
+        sizes = sorted({n for _, n in figures})
+        pools = sorted({p for f in figures.values() for p in f})
+        test = next(r["n_test"] for r in scores if r["fold"] == fold)
+        rows = []
+        for metric, name in ((0, "correctness"), (1, "routing")):
+            rows.append([f"**{name}**"] + [""] * len(sizes))
+            for method in _methods(figures):
+                rows.append(
+                    [method]
+                    + [
+                        _cell([v[metric] for v in figures[method, n].values()])
+                        if (method, n) in figures
+                        else ""
+                        for n in sizes
+                    ]
+                )
+        parts.append(
+            f"### {fold} left out ({test} test queries, pools {pools})\n\n"
+            + _table(["method"] + [f"n = {n}" for n in sizes], rows)
+        )
+    return parts
+
+
+def differences(scores):
+    comparisons = [(ZERO_SHOT, b) for b in (*BASELINES, FORWARD)]
+    for tuned in _fine_tuned(scores):
+        comparisons += [(tuned, b) for b in (SCRATCH, ZERO_SHOT, *BASELINES)]
+    rows = []
+    for method, against in comparisons:
+        for fold in dict.fromkeys(row["fold"] for row in scores):
+            figures = _figures(scores, "transfer", fold)
+            for n in sorted({n for _, n in figures}):
+                cells = []
+                for metric in (0, 1):
+                    found = _difference(figures, method, against, n, metric)
+                    cells.append(_cell(found) if found else "")
+                if any(cells):
+                    rows.append([method, against, fold, n, *cells])
+    return "### Differences, paired by pool (mean ± sd over pools)\n\n" + _table(
+        ["method", "minus", "fold", "n", "correctness", "routing"], rows
+    )
+
+
+def in_domain(scores):
+    rows = []
+    for fold in dict.fromkeys(row["fold"] for row in scores):
+        figures = _figures(scores, "in-domain", fold)
+        for n in sorted({n for _, n in figures}):
+            cells = []
+            for metric in (0, 1):
+                for method in (FORWARD, ZERO_SHOT):
+                    cells.append(
+                        _cell([v[metric] for v in figures[method, n].values()])
+                    )
+            rows.append([fold, n, cells[0], cells[1], cells[2], cells[3]])
+    header = [
+        "left out",
+        "n",
+        "correctness, forward",
+        "correctness, refined",
+        "routing, forward",
+        "routing, refined",
+    ]
+    return (
+        "### In domain: the public-pool embedder on the other four benchmarks\n\n"
+        + _table(header, rows)
+    )
+
+
+def novelty(records):
+    rows = [
+        [
+            r["fold"],
+            r["queries"],
+            r["count"],
+            f"{r['median']:.2f}",
+            f"{r['beyond']:.2f}",
+        ]
+        for r in records
+        if r["kind"] == "novelty"
+    ]
+    return (
+        "### How new the queries look (`query_novelty` of the zero-shot embedder)\n\n"
+        + _table(
+            ["left out", "queries", "count", "median novelty", "share above 1"], rows
+        )
+    )
+
+
+def fits(records):
+    rows = [
+        [
+            f["fold"],
+            f["embedder"],
+            f["epochs"],
+            "cached" if f["seconds"] is None else f"{f['seconds']:.0f} s",
+            f["commit"],
+        ]
+        for f in records
+        if f["kind"] == "fit"
+    ]
+    return "### Fits\n\n" + _table(
+        ["fold", "embedder", "epochs", "fit time", "commit"], rows
+    )
+
+
+def page(records):
+    """The whole of docs/transfer.md below its header."""
+    scores = [r for r in records if r["kind"] == "score"]
+    return "\n\n".join(
+        [
+            *fold_tables(scores),
+            differences(scores),
+            in_domain(scores),
+            novelty(records),
+            fits(records),
+        ]
+    )
+
+
+def headline(records):
+    """Correctness of each approach per fold, before and after, for results.md."""
+    scores = [r for r in records if r["kind"] == "score"]
+    columns = [
+        (FORWARD, "zero-shot, before (forward pass)"),
+        (ZERO_SHOT, "zero-shot, after (refined)"),
+        *(
+            (m, m.removeprefix("LOCUS ").removesuffix(", refined"))
+            for m in _fine_tuned(scores)
+        ),
+        (SCRATCH, f"scratch on {FINETUNE_MODELS}, refined"),
+        *((b, b) for b in BASELINES),
+    ]
+    rows = []
+    for fold in dict.fromkeys(row["fold"] for row in scores):
+        figures = _figures(scores, "transfer", fold)
+        for n in sorted({n for _, n in figures}):
+            rows.append(
+                [fold, n]
+                + [
+                    _cell([v[0] for v in figures[m, n].values()])
+                    if (m, n) in figures
+                    else ""
+                    for m, _ in columns
+                ]
+            )
+    transfer = _table(["left out", "n", *(name for _, name in columns)], rows)
+    small = []
+    for fold in dict.fromkeys(row["fold"] for row in scores):
+        figures = _figures(scores, "transfer", fold)
+        scratch = [
+            m
+            for m in _methods(figures)
+            if m.startswith("LOCUS scratch on") and m.endswith("refined")
+        ]
+        if len(scratch) < 2:
+            continue
+        for n in sorted({n for _, n in figures}):
+            small.append(
+                [fold, n]
+                + [_cell([v[0] for v in figures[m, n].values()]) for m in scratch]
+                + [_cell([v[0] for v in figures[b, n].values()]) for b in BASELINES]
+            )
+        header = [
+            "benchmark",
+            "n",
+            *(
+                re.sub(r"LOCUS scratch on (\d+), refined", r"trained on \1", m)
+                for m in scratch
+            ),
+            *BASELINES,
+        ]
+    parts = [transfer]
+    if small:
+        parts.append(_table(header, small))
+    return parts
+
+
+def write_docs(records, folder, command):
+    """Write docs/transfer.md and the transfer section of docs/results.md."""
+    folder = Path(folder)
+    (folder / "transfer.md").write_text(
+        "# Transfer to a benchmark the embedder never saw\n\n"
+        f"Written by `{command}` from the JSON lines in results/ named there; "
+        "every figure below comes from those runs (their commits are in the last "
+        "table). Protocol: benchmarks/openllm_transfer.py's docstring. A cell is the "
+        "mean over pools ± their standard deviation.\n\n" + page(records) + "\n"
+    )
+    transfer, *small = headline(records)
+    section = [
+        BEGIN,
+        "## Transfer to a benchmark the embedder never saw, and small pools",
+        "",
+        "Correctness accuracy on the held-out queries of a benchmark left out of "
+        "training (mean over three pools of 112 models ± sd), from "
+        "benchmarks/openllm_transfer.py; *before* is the forward pass this "
+        "library had, *after* adds `refine_steps=50`. Routing, paired "
+        "differences, in-domain checks and query novelty: [transfer.md](transfer.md).",
+        "",
+        transfer,
+    ]
+    if small:
+        section += [
+            "",
+            "Small pools: LOCUS trained from scratch on k models of one benchmark "
+            "only (refined), the rest onboarded.",
+            "",
+            small[0],
+        ]
+    section.append(END)
+    results = folder / "results.md"
+    text = results.read_text()
+    block = "\n".join(section)
+    if BEGIN in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    results.write_text(text)
+
+
+def keep_section(old_text, new_text):
+    """``new_text`` with the transfer section of ``old_text`` appended, if it had one.
+
+    benchmarks/openllm_report.py rewrites results.md; this keeps the section it
+    does not write.
+    """
+    if BEGIN not in old_text:
+        return new_text
+    block = old_text[old_text.index(BEGIN) : old_text.index(END) + len(END)]
+    return new_text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lines", nargs="+", help="JSON lines of openllm_transfer.py")
+    parser.add_argument(
+        "--docs", help="folder whose transfer.md and results.md to write"
+    )
+    arguments = parser.parse_args()
+    records = load(arguments.lines)
+    if arguments.docs is None:
+        print(page(records))
+        return
+    command = (
+        "python benchmarks/openllm_transfer_report.py "
+        + " ".join(arguments.lines)
+        + f" --docs {arguments.docs}"
+    )
+    write_docs(records, arguments.docs, command)
+
+
+if __name__ == "__main__":
+    main()
