@@ -345,6 +345,7 @@ def run(arguments):
                         set=arguments.set,
                         finetune=arguments.finetune,
                         refine=list(arguments.refine),
+                        draws=arguments.draws,
                         commit=commit,
                     )
                     lines.write(json.dumps(row) + "\n")

@@ -284,14 +284,38 @@ def headline(records):
     return parts
 
 
-def write_docs(records, folder, command):
+def runs(paths):
+    """One line per run: its file, commit and the parameters it was given."""
+    lines = []
+    for path in paths:
+        records = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        fitted = [r for r in records if r["kind"] == "fit"]
+        scored = [r for r in records if r["kind"] == "score"]
+        folds = " ".join(dict.fromkeys(r["fold"] for r in fitted))
+        pools = " ".join(str(p) for p in sorted({r["pool"] for r in scored}))
+        options = f"--folds {folds} --pools {pools}"
+        if "draws" in scored[0]:
+            options += f" --draws {scored[0]['draws']}"
+        for name in ("set", "finetune"):
+            if fitted[0][name]:
+                options += f" --{name} " + " ".join(fitted[0][name])
+        if "refine" in scored[0]:
+            options += " --refine " + " ".join(f"{v:g}" for v in scored[0]["refine"])
+        commits = ", ".join(dict.fromkeys(r["commit"] for r in fitted))
+        lines.append(f"- {Path(path).name}: `{options}`, commit {commits}")
+    return "\n".join(lines)
+
+
+def write_docs(records, folder, command, paths):
     """Write docs/transfer.md and the transfer section of docs/results.md."""
     folder = Path(folder)
     (folder / "transfer.md").write_text(
         "# Transfer to a benchmark the embedder never saw\n\n"
-        f"Written by `{command}` from the JSON lines in results/ named there; "
-        "every figure below comes from those runs (their commits are in the last "
-        "table). Protocol: benchmarks/openllm_transfer.py's docstring. A cell is the "
+        f"Written by `{command}`; every figure below comes from the runs of "
+        "`python benchmarks/openllm_transfer.py DATA_FOLDER` with these "
+        "options, whose JSON lines are in results/:\n\n"
+        + runs(paths)
+        + "\n\nProtocol: benchmarks/openllm_transfer.py's docstring. A cell is the "
         "mean over pools ± their standard deviation.\n\n" + page(records) + "\n"
     )
     transfer, *small = headline(records)
@@ -354,7 +378,7 @@ def main():
         + " ".join(arguments.lines)
         + f" --docs {arguments.docs}"
     )
-    write_docs(records, arguments.docs, command)
+    write_docs(records, arguments.docs, command, arguments.lines)
 
 
 if __name__ == "__main__":
