@@ -3,7 +3,7 @@
     python benchmarks/openllm_transfer.py DATA_FOLDER [--folds arc gsm8k ...]
         [--pools 0 1 2] [--sizes 32 64 128 256] [--draws 3] [--set name=value ...]
         [--finetune name=value ...] [--small-pool gsm8k] [--cache DIR]
-        [--refine STEPS PENALTY] [--out results.jsonl]
+        [--refine STEPS PENALTY] [--finetune-only] [--out results.jsonl]
 
 ``benchmarks/openllm_transfer_report.py`` turns the JSON lines into tables.
 
@@ -43,6 +43,10 @@ by default; "forward" the forward pass):
 The in-domain rows check what refinement does where the encoder was trained: the
 zero-shot embedder embeds each pool model from ``n`` of its train-split
 evaluations on the other four benchmarks and predicts their test-split queries.
+
+``--finetune-only`` fits and scores only the zero-shot and fine-tuned embedders on
+the left-out benchmark, for a run that tries another fine-tuning recipe; the report
+takes the other rows from the full run.
 
 Fitted embedders are cached in ``--cache`` (joblib) under names that include the
 fold and the ``--set``/``--finetune`` parameters, so that a rerun that changes only
@@ -222,12 +226,15 @@ def locus_predictions(embedder, drawn, test_ids, refine):
     return out
 
 
-def evaluate_pool(folds, benchmark, pool_seed, fits, sizes, draws, refine):
+def evaluate_pool(
+    folds, benchmark, pool_seed, fits, sizes, draws, refine, transfer_only=False
+):
     """Rows of every method on one fold and pool, transfer and in-domain."""
     data = folds.data
     pool = folds.pools[pool_seed]
     rows = []
-    for setting, inside in (("transfer", True), ("in-domain", False)):
+    settings = (("transfer", True), ("in-domain", False))
+    for setting, inside in settings[:1] if transfer_only else settings:
         if setting == "in-domain":
             columns = np.flatnonzero(data.test_benchmarks != benchmark)
             test_ids = [data.test_ids[c] for c in columns]
@@ -312,7 +319,12 @@ def run(arguments):
     out = Path(arguments.out)
     for benchmark in arguments.folds:
         print(f"fold {benchmark}", flush=True)
-        small = SMALL_POOLS if benchmark == arguments.small_pool else (FINETUNE_MODELS,)
+        if arguments.finetune_only:
+            small = ()
+        elif benchmark == arguments.small_pool:
+            small = SMALL_POOLS
+        else:
+            small = (FINETUNE_MODELS,)
         fits = fold_embedders(folds, benchmark, arguments, overrides, finetune, small)
         with out.open("a") as lines:
             for label, (embedder, seconds) in fits.items():
@@ -338,6 +350,7 @@ def run(arguments):
                     arguments.sizes,
                     arguments.draws,
                     arguments.refine,
+                    arguments.finetune_only,
                 )
                 for row in rows:
                     row.update(
@@ -377,6 +390,11 @@ def main():
         help="refine_steps and refine_penalty of the refined rows",
     )
     parser.add_argument("--small-pool", default="mmlu", choices=BENCHMARKS)
+    parser.add_argument(
+        "--finetune-only",
+        action="store_true",
+        help="fit and score only the zero-shot and fine-tuned embedders, transfer only",
+    )
     parser.add_argument("--cache", default="transfer-cache")
     parser.add_argument("--out", default="transfer.jsonl")
     arguments = parser.parse_args()
