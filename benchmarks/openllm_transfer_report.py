@@ -4,9 +4,11 @@ section of docs/results.md.
     python benchmarks/openllm_transfer_report.py LINES [LINES ...] [--docs docs]
 
 Several files may be given: rows that two files share (same setting, fold, pool,
-method and n) are taken from the first, and each fine-tuned row is labelled with the
-``--finetune`` parameters of its run, so runs that differ only in the fine-tuning
-recipe read as one table. Without ``--docs`` the full page is printed.
+method and n) are taken from the first, each fine-tuned row is labelled with the
+``--finetune`` parameters of its run, and each refined row of a run with another
+``--refine`` than the default with its steps and penalty, so runs that differ only
+in the fine-tuning recipe or the refinement read as one table.
+Without ``--docs`` the full page is printed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ ZERO_SHOT = "LOCUS zero-shot, refined"
 FORWARD = "LOCUS zero-shot, forward"
 SCRATCH = f"LOCUS scratch on {FINETUNE_MODELS}, refined"
 BASELINES = ("overall accuracy", "MF (dim 16)")
+REFINE = [50, 0.1]  # openllm_transfer.py's default --refine
 BEGIN = "<!-- transfer: written by benchmarks/openllm_transfer_report.py -->"
 END = "<!-- end of transfer -->"
 
@@ -40,6 +43,10 @@ def load(paths):
         for record in lines:
             record = dict(record)
             finetune = record.get("finetune", recipes.get(record["fold"]))
+            refine = record.get("refine", REFINE)
+            if refine != REFINE and record.get("method", "").endswith(", refined"):
+                steps, penalty = refine
+                record["method"] += f" [{steps:g} steps, penalty {penalty:g}]"
             for field in ("method", "embedder"):
                 label = record.get(field, "")
                 if "fine-tuned" in label:
@@ -131,8 +138,12 @@ def fold_tables(scores):
 
 def differences(scores):
     comparisons = [(ZERO_SHOT, b) for b in (*BASELINES, FORWARD)]
+    comparisons += [(SCRATCH, b) for b in (*BASELINES, ZERO_SHOT)]
     for tuned in _fine_tuned(scores):
         comparisons += [(tuned, b) for b in (SCRATCH, ZERO_SHOT, *BASELINES)]
+    for method in dict.fromkeys(r["method"] for r in scores):
+        if ", refined [" in method:
+            comparisons.append((method, method.split(" [")[0]))
     rows = []
     for method, against in comparisons:
         for fold in dict.fromkeys(row["fold"] for row in scores):
