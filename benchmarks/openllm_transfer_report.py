@@ -160,6 +160,67 @@ def differences(scores):
     )
 
 
+def _smallest(figures, method, against, sizes):
+    """Smallest over ``sizes`` of the mean paired difference ``method - against``."""
+    means = [
+        np.mean(found)
+        for n in sizes
+        if (found := _difference(figures, method, against, n, 0))
+    ]
+    return min(means) if len(means) == len(sizes) else None
+
+
+def _verdict(smallest, strict):
+    if smallest is None:
+        return "not measured"
+    met = smallest > 0 if strict else smallest >= 0
+    return f"{'yes' if met else 'no'} ({smallest:+.3f})"
+
+
+def verdicts(scores):
+    """The targets of zero-shot transfer and fine-tuning, fold by fold.
+
+    A target is met when the mean over pools of the paired correctness
+    difference is >= 0 ("matches") or > 0 ("beats") at every n it covers; each
+    cell gives the smallest such difference.
+    """
+    against = {
+        "zero-shot matches overall accuracy at every n": [(ZERO_SHOT, BASELINES[0])],
+        "zero-shot beats overall accuracy and MF from n = 64": [
+            (ZERO_SHOT, b) for b in BASELINES
+        ],
+    }
+    for tuned in _fine_tuned(scores):
+        recipe = tuned.removeprefix("LOCUS ").removesuffix(", refined")
+        against[
+            f"{recipe} beats scratch on {FINETUNE_MODELS} and zero-shot from n = 64"
+        ] = [
+            (tuned, SCRATCH),
+            (tuned, ZERO_SHOT),
+        ]
+    folds = list(dict.fromkeys(row["fold"] for row in scores))
+    rows, met = [], {}
+    for target, pairs in against.items():
+        cells = []
+        for fold in folds:
+            figures = _figures(scores, "transfer", fold)
+            sizes = sorted({n for _, n in figures})
+            if "every n" not in target:
+                sizes = [n for n in sizes if n >= 64]
+            found = [_smallest(figures, m, b, sizes) for m, b in pairs]
+            smallest = None if None in found else min(found)
+            cells.append(_verdict(smallest, strict="every n" not in target))
+        met[target] = sum(cell.startswith("yes") for cell in cells)
+        rows.append([target, *cells, f"{met[target]} of {len(folds)}"])
+    return (
+        "### Targets, fold by fold\n\n"
+        "Correctness, LOCUS refined; a cell is the smallest difference over the "
+        "sizes n the target covers, each the mean over pools of the paired "
+        "difference; *matches* asks it to be >= 0, *beats* > 0.\n\n"
+        + _table(["target", *folds, "folds met"], rows)
+    )
+
+
 def in_domain(scores):
     rows = []
     for fold in dict.fromkeys(row["fold"] for row in scores):
@@ -228,6 +289,7 @@ def page(records):
     scores = [r for r in records if r["kind"] == "score"]
     return "\n\n".join(
         [
+            verdicts(scores),
             *fold_tables(scores),
             differences(scores),
             in_domain(scores),
@@ -341,6 +403,8 @@ def write_docs(records, folder, command, paths):
         "differences, in-domain checks and query novelty: [transfer.md](transfer.md).",
         "",
         transfer,
+        "",
+        verdicts([r for r in records if r["kind"] == "score"]).split("\n\n", 1)[1],
     ]
     if small:
         section += [
