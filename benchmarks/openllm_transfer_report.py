@@ -337,14 +337,32 @@ def headline(records):
         if len(scratch) < 2:
             continue
         for n in sorted({n for _, n in figures}):
-            small.append(
-                [fold, n]
-                + [_cell([v[0] for v in figures[m, n].values()]) for m in scratch]
-                + [_cell([v[0] for v in figures[b, n].values()]) for b in BASELINES]
-            )
+            for passed in ("forward", "refined"):
+                small.append(
+                    [
+                        fold,
+                        n,
+                        "before (forward pass)"
+                        if passed == "forward"
+                        else "after (refined)",
+                    ]
+                    + [
+                        _cell(
+                            [
+                                v[0]
+                                for v in figures[
+                                    m.replace("refined", passed), n
+                                ].values()
+                            ]
+                        )
+                        for m in scratch
+                    ]
+                    + [_cell([v[0] for v in figures[b, n].values()]) for b in BASELINES]
+                )
         header = [
             "benchmark",
             "n",
+            "LOCUS",
             *(
                 re.sub(r"LOCUS scratch on (\d+), refined", r"trained on \1", m)
                 for m in scratch
@@ -410,7 +428,7 @@ def write_docs(records, folder, command, paths):
         section += [
             "",
             "Small pools: LOCUS trained from scratch on k models of one benchmark "
-            "only (refined), the rest onboarded.",
+            "only, the rest onboarded, before and after refinement.",
             "",
             small[0],
         ]
