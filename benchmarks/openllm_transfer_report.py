@@ -143,7 +143,7 @@ def differences(scores):
         comparisons += [(tuned, b) for b in (SCRATCH, ZERO_SHOT, *BASELINES)]
     for method in dict.fromkeys(r["method"] for r in scores):
         if ", refined [" in method:
-            comparisons.append((method, method.split(" [")[0]))
+            comparisons.append((method, method[: method.rindex(" [")]))
     rows = []
     for method, against in comparisons:
         for fold in dict.fromkeys(row["fold"] for row in scores):
