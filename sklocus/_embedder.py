@@ -649,8 +649,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         queries. When most of a user's queries exceed 1, the predictor reads them
         with terms learnt elsewhere: refine the embeddings (``refine_steps``) or
         fine-tune on the user's models (``warm_start``). On the Open LLM data,
-        docs/results.md gives the share above 1 for new queries of the trained
-        benchmarks and for a benchmark left out of training.
+        docs/transfer.md gives the share above 1 for new queries of the trained
+        benchmarks and for a benchmark left out of training, and
+        docs/choosing-an-embedder.md what to do about it.
 
         Parameters
         ----------
