@@ -199,7 +199,7 @@ def verdicts(scores):
             (tuned, ZERO_SHOT),
         ]
     folds = list(dict.fromkeys(row["fold"] for row in scores))
-    rows, met = [], {}
+    rows = []
     for target, pairs in against.items():
         cells = []
         for fold in folds:
@@ -210,8 +210,9 @@ def verdicts(scores):
             found = [_smallest(figures, m, b, sizes) for m, b in pairs]
             smallest = None if None in found else min(found)
             cells.append(_verdict(smallest, strict="every n" not in target))
-        met[target] = sum(cell.startswith("yes") for cell in cells)
-        rows.append([target, *cells, f"{met[target]} of {len(folds)}"])
+        met = sum(cell.startswith("yes") for cell in cells)
+        measured = sum(cell != "not measured" for cell in cells)
+        rows.append([target, *cells, f"{met} of {measured}"])
     return (
         "### Targets, fold by fold\n\n"
         "Correctness, LOCUS refined; a cell is the smallest difference over the "
