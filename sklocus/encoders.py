@@ -15,6 +15,7 @@ import numbers
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from sklearn.utils._param_validation import Interval
 
 from sklocus._device import resolve_device
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
+from sklocus._validation import as_item_list
 
 __all__ = [
     "PrecomputedEncoder",
@@ -50,21 +52,29 @@ def as_query_list(queries) -> list:
     -------
     list
     """
-    if isinstance(queries, str | bytes):
-        raise TypeError(
-            f"expected a sequence of queries; got a single {type(queries).__name__} "
-            f"{queries!r}. Wrap it in a list: [query]"
-        )
-    if hasattr(queries, "ndim") and queries.ndim != 1:
-        raise ValueError(
-            f"expected a 1-D sequence of queries; got an array of shape {queries.shape}"
-        )
-    try:
-        return list(queries)
-    except TypeError:
-        raise TypeError(
-            f"expected a sequence of queries; got {type(queries).__name__}"
-        ) from None
+    return as_item_list(queries, "queries")
+
+
+# Longest text that _warn_if_ids still takes for an id when it has no whitespace.
+_ID_MAX_LENGTH = 40
+
+
+def _warn_if_ids(texts):
+    """Warn when every text looks like an id ("q00012") rather than a sentence."""
+    if len(texts) < 2 or not all(
+        len(text) <= _ID_MAX_LENGTH and not any(c.isspace() for c in text)
+        for text in texts
+    ):
+        return
+    warnings.warn(
+        f"all {len(texts)} queries look like ids, not texts (such as {texts[0]!r}: "
+        "one short token, no spaces), and SentenceEncoder encodes them as if they "
+        "were sentences. If they are ids, give their texts with "
+        "SentenceEncoder(texts={id: text}) or their vectors with "
+        "PrecomputedEncoder(ids, vectors)",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 class _QueryEncoder(TransformerMixin, BaseEstimator):
@@ -174,6 +184,7 @@ class SentenceEncoder(_QueryEncoder):
             self._text_of(position, query) for position, query in enumerate(queries)
         ]
         distinct = list(dict.fromkeys(texts))
+        _warn_if_ids(distinct)
         vectors = self._encode_distinct(distinct)
         row_of = {text: row for row, text in enumerate(distinct)}
         if not texts:

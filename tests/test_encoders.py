@@ -112,3 +112,14 @@ def test_precomputed_encoder_follows_set_params():
     encoder.transform(["a"])
     encoder.set_params(queries=["b"])
     np.testing.assert_array_equal(encoder.transform(["b"]), [[1.0]])
+
+
+def test_query_ids_given_as_texts_warn(minilm):
+    with pytest.warns(UserWarning, match=r"look like ids.*'q00012'.*Precomputed"):
+        minilm.transform(["q00012", "q00013"])
+
+
+@pytest.mark.filterwarnings("error")
+def test_sentences_and_mapped_ids_do_not_warn(minilm):
+    minilm.transform(QUERIES)
+    SentenceEncoder(texts={"q1": QUERIES[0], "q2": QUERIES[1]}).transform(["q1", "q2"])
