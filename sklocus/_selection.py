@@ -162,6 +162,9 @@ class KCenterSelector(_BaseSelector):
         first = int(np.argmin(model_distances(X, centre, metric=self.metric)[:, 0]))
         selected = [first]
         nearest = model_distances(X, X[first : first + 1], metric=self.metric)[:, 0]
+        # A chosen model covers itself, even an all-zero one under cosine, which is
+        # at distance 1 from every vector.
+        nearest[first] = 0.0
         for _ in range(n_selected - 1):
             farthest = int(np.argmax(nearest))
             if nearest[farthest] <= 0:  # every model already coincides with one
@@ -169,6 +172,7 @@ class KCenterSelector(_BaseSelector):
             selected.append(farthest)
             new = model_distances(X, X[farthest : farthest + 1], metric=self.metric)
             nearest = np.minimum(nearest, new[:, 0])
+            nearest[farthest] = 0.0
         self._finish(X, selected)
         self.radius_ = float(self._distances.min(axis=1).max())
         return self
@@ -253,14 +257,15 @@ class KMedoidsSelector(_BaseSelector):
         self
         """
         X = self._validate(X, reset=True)
-        if self.n_selected >= len(X):
+        n_selected = int(self.n_selected)  # kmedoids refuses numpy integers
+        if n_selected >= len(X):
             self._finish(X, np.arange(len(X)))
             self.inertia_, self.n_iter_ = 0.0, 0
             return self
         seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
         result = kmedoids.fasterpam(
             model_distances(X, metric=self.metric),
-            self.n_selected,
+            n_selected,
             max_iter=self.max_iter,
             init=self.init,
             random_state=seed,
@@ -343,6 +348,12 @@ class CoverageGreedySelector(_BaseSelector):
 
     def _check_cost(self, cost, n_models):
         if cost is None:
+            if self.budget < 1:
+                raise ValueError(
+                    f"budget={self.budget} is below 1: with no cost every model "
+                    "costs 1, so no selection fits; give a budget of at least 1 or "
+                    "the models' costs"
+                )
             return np.ones(n_models)
         cost = np.asarray(cost, dtype=np.float64)
         if cost.shape != (n_models,):

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import check_random_state
 
+from sklocus._validation import as_item_list
+
 __all__ = [
     "RaggedEvaluations",
     "check_evaluation_sets",
@@ -165,7 +167,7 @@ def _as_list_of_sets(evaluation_sets, model_names):
     if not sets:
         raise ValueError("expected at least one evaluation set; got an empty sequence")
     if model_names is not None:
-        model_names = list(model_names)
+        model_names = as_item_list(model_names, "model names")
         if len(model_names) != len(sets):
             raise ValueError(
                 f"got {len(model_names)} model names for {len(sets)} evaluation sets; "
@@ -217,6 +219,26 @@ def _set_items(evaluation_set, where: str):
         scores = np.empty(len(queries), dtype=object)
         scores[:] = list(evaluation_set.values())
     return queries, scores
+
+
+def _check_distinct_codes(codes, offsets, uniques, model_names):
+    """Refuse a set in which two keys are one query to pandas.
+
+    A dict keeps its keys apart and a Series index is checked for repeats, but
+    two NaN objects, or None and NaN, are both pandas' missing query.
+    """
+    missing = np.flatnonzero(pd.isna(uniques))
+    if not len(missing):
+        return
+    at = np.flatnonzero(codes == missing[0])
+    set_of = np.searchsorted(offsets, at, side="right") - 1
+    repeated = np.flatnonzero(np.diff(set_of) == 0)
+    if len(repeated):
+        where = _describe_set(int(set_of[repeated[0]]), model_names)
+        raise ValueError(
+            f"{where} has the missing query more than once (None and NaN keys are "
+            "both read as one missing query); give each query once"
+        )
 
 
 def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluations:
@@ -271,6 +293,7 @@ def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluation
     codes, uniques = pd.factorize(flat_queries, use_na_sentinel=False)
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
+    _check_distinct_codes(codes, offsets, uniques, model_names)
     return RaggedEvaluations(
         queries=list(uniques),
         query_codes=codes.astype(np.int64, copy=False),
@@ -434,7 +457,7 @@ def to_matrix(evaluation_sets, queries=None, model_names=None):
     if queries is None:
         queries = list(ragged.queries)
     else:
-        queries = list(queries)
+        queries = as_item_list(queries, "queries")
         position = {}
         for column, query in enumerate(queries):
             if query in position:

@@ -17,6 +17,7 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, squareform
 from sklearn.utils import check_random_state
 
+from sklocus._validation import as_item_list
 from sklocus.evaluations import subsample
 
 __all__ = [
@@ -75,7 +76,8 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
         Distances to these models; by default among ``embeddings`` themselves.
     metric : {"cosine", "euclidean"}, default="cosine"
         Cosine distance is ``1 - cos(angle)``, in [0, 2]; an all-zero embedding is
-        at cosine distance 1 from every model, as in scikit-learn.
+        at cosine distance 1 from every other model, as in scikit-learn, and 0 from
+        itself.
 
     Returns
     -------
@@ -99,7 +101,12 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
     # the faster dot-product expansion of scikit-learn does not promise, and
     # near-duplicates live at distances of 1e-5.
     distances = cdist(embeddings, other, metric=_check_metric(metric))
-    return np.nan_to_num(np.maximum(distances, 0.0), nan=1.0)
+    distances = np.nan_to_num(np.maximum(distances, 0.0), nan=1.0)
+    if other is embeddings:
+        # An all-zero embedding is at cosine distance 1 from the others, not from
+        # itself.
+        np.fill_diagonal(distances, 0.0)
+    return distances
 
 
 def nearest_models(embeddings, k=5, *, metric="cosine"):
@@ -348,7 +355,9 @@ def profile_evaluation_set(profile, queries_by_benchmark, n=128, random_state=No
                 f"benchmark {benchmark!r} has accuracy {accuracy!r}; expected a "
                 "number in [0, 1]"
             )
-        queries = list(queries_by_benchmark[benchmark])
+        queries = as_item_list(
+            queries_by_benchmark[benchmark], f"queries of benchmark {benchmark!r}"
+        )
         if size > len(queries):
             raise ValueError(
                 f"benchmark {benchmark!r} has {len(queries)} queries but the profile "

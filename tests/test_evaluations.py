@@ -194,3 +194,27 @@ def test_subsample_draws_without_replacement_and_keeps_small_sets():
     assert drawn != subsample(sets, 4, random_state=1)
     with pytest.raises(ValueError, match="n=0 must be a positive integer"):
         subsample(sets, 0)
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [(float("nan"), float("nan")), (None, float("nan")), (None, np.float64("nan"))],
+)
+def test_two_missing_queries_in_one_set_are_one_repeated_query(missing):
+    first, second = missing
+    sets = [{"q1": 1, first: 0}, {"q1": 0, first: 1, second: 0}]
+    with pytest.raises(ValueError, match=r"evaluation set 1.*missing query more than"):
+        check_evaluation_sets(sets)
+
+
+def test_one_missing_query_per_set_is_kept():
+    ragged = check_evaluation_sets([{"q1": 1, None: 0}, {float("nan"): 1}])
+    assert ragged.sizes.tolist() == [2, 1]
+
+
+def test_a_bare_string_is_refused_where_queries_or_names_are_expected():
+    sets = [{"q1": 1, "q2": 0}]
+    with pytest.raises(TypeError, match=r"sequence of queries; got a single str 'q1'"):
+        to_matrix(sets, queries="q1")
+    with pytest.raises(TypeError, match=r"sequence of model names.*'ab'"):
+        check_evaluation_sets([{"q": 1}, {"q": 0}], model_names="ab")

@@ -280,3 +280,17 @@ def test_distance_tracks_disagreement(embedded):
     for metric in ("cosine", "euclidean"):
         result = disagreement_correlation(embeddings, scores, metric=metric)
         assert result["spearman"] > 0.4, (metric, result)
+
+
+def test_profile_refuses_a_bare_string_of_queries():
+    from sklocus.geometry import profile_evaluation_set
+
+    with pytest.raises(TypeError, match=r"queries of benchmark 'math'.*'m1m2'"):
+        profile_evaluation_set({"math": 0.5}, {"math": "m1m2"}, n=2, random_state=0)
+
+
+def test_an_all_zero_embedding_is_at_distance_zero_from_itself():
+    z = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
+    distances = model_distances(z)
+    np.testing.assert_array_equal(np.diag(distances), 0.0)
+    assert distances[0, 1] == distances[0, 2] == 1.0

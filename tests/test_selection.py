@@ -215,3 +215,23 @@ def test_pipelines_after_the_embedder_and_metadata_routing():
         assert selector.total_cost_ == pytest.approx(
             data.params_b[selector.selected_indices_].sum()
         )
+
+
+def test_k_center_never_picks_a_model_twice_even_all_zero_rows_under_cosine():
+    rng = np.random.default_rng(0)
+    z = np.vstack([np.zeros((3, 4)), rng.normal(size=(5, 4))])
+    chosen = KCenterSelector(n_selected=6).fit(z).selected_indices_.tolist()
+    assert len(chosen) == len(set(chosen)) == 6
+
+
+def test_numpy_integer_parameters_work():
+    z = np.random.default_rng(0).normal(size=(12, 3))
+    for selector in (KMedoidsSelector, KCenterSelector):
+        chosen = selector(n_selected=np.int64(3)).fit(z).selected_indices_
+        assert len(chosen) == 3
+
+
+def test_a_budget_below_one_model_without_costs_is_refused():
+    z = np.random.default_rng(0).normal(size=(5, 3))
+    with pytest.raises(ValueError, match=r"budget=0.5 is below 1.*every model costs 1"):
+        CoverageGreedySelector(budget=0.5).fit(z)
