@@ -11,6 +11,7 @@ from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._embedder import LocusEmbedder
+from sklocus._validation import as_item_list, shown
 from sklocus.encoders import as_query_list
 from sklocus.evaluations import check_evaluation_sets
 from sklocus.geometry import model_distances
@@ -50,9 +51,20 @@ def _check_cost(cost, names):
     return values
 
 
-def _score_table(Y, n_queries, classes=None):
-    """Return ``(scores, names)``: Y as an (n_queries, n_models) float array."""
+def _score_table(Y, queries, classes=None):
+    """Return ``(scores, names)``: Y as an (n_queries, n_models) float array.
+
+    A DataFrame whose index is not a plain ``RangeIndex`` is matched to the
+    queries by label; anything else row by row.
+    """
     if isinstance(Y, pd.DataFrame):
+        if not Y.columns.is_unique:
+            repeated = Y.columns[Y.columns.duplicated()][0]
+            raise ValueError(
+                f"Y names model {shown(repeated)} in more than one column; give each "
+                "model one column"
+            )
+        Y = _align_rows(Y, queries)
         names = np.asarray(list(Y.columns), dtype=object)
         try:
             scores = Y.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -65,10 +77,10 @@ def _score_table(Y, n_queries, classes=None):
                 f"Y must be 2-D (n_queries, n_models); got shape {scores.shape}"
             )
         names = np.arange(scores.shape[1]) if classes is None else np.asarray(classes)
-    if len(scores) != n_queries:
+    if len(scores) != len(queries):
         raise ValueError(
-            f"X has {n_queries} queries but Y has {len(scores)} rows; give one row of "
-            "scores per query"
+            f"X has {len(queries)} queries but Y has {len(scores)} rows; give one row "
+            "of scores per query"
         )
     if classes is not None and (
         len(names) != len(classes) or not np.array_equal(names, classes)
@@ -77,6 +89,51 @@ def _score_table(Y, n_queries, classes=None):
             f"Y's columns {list(names)} are not the router's models {list(classes)}"
         )
     return scores, names
+
+
+def _align_rows(Y, queries):
+    """Y's rows in the order of ``queries`` when Y's index names them.
+
+    An index that holds none of the queries (a ``RangeIndex``, or the row numbers
+    a cross-validation split leaves) is read row by row; one that holds every
+    query is matched by label; one that holds only some is an error.
+    """
+    if isinstance(Y.index, pd.RangeIndex):
+        return Y
+    inside = pd.Index(queries).isin(Y.index)
+    if not inside.any():
+        return Y
+    if not inside.all():
+        missing = queries[int(np.argmin(inside))]
+        raise ValueError(
+            f"query {shown(missing)} of X is not in Y's index, which names other "
+            "queries of X; Y's rows are matched to X by their index labels "
+            "(reset_index(drop=True) matches them by position)"
+        )
+    if not Y.index.is_unique:
+        repeated = Y.index[Y.index.duplicated()][0]
+        raise ValueError(
+            f"Y's index holds query {shown(repeated)} more than once; give each query "
+            "one row"
+        )
+    extra = Y.index.difference(pd.Index(queries))
+    if len(extra):
+        raise ValueError(
+            f"Y's index holds query {shown(extra[0])}, which is not in X; give one "
+            "row of scores per query of X"
+        )
+    return Y.iloc[Y.index.get_indexer(queries)]
+
+
+def _check_distinct_queries(queries):
+    seen = set()
+    for query in queries:
+        if query in seen:
+            raise ValueError(
+                f"query {shown(query)} is in X more than once; give each query once, "
+                "with its scores in one row of Y"
+            )
+        seen.add(query)
 
 
 class LocusRouter(ClassifierMixin, BaseEstimator):
@@ -156,7 +213,8 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
             Queries (texts or ids understood by the embedder's query encoder).
         Y : DataFrame or array-like of shape (n_queries, n_models)
             Scores in [0, 1]; NaN where a model was not evaluated on a query. A
-            DataFrame's columns name the models.
+            DataFrame's columns name the models; when its index holds the queries
+            of X, its rows are matched to X by label, otherwise row by row.
         cost : array-like of shape (n_models,) or Series, default=None
             Cost of each model (parameters, price...), non-negative.
 
@@ -166,7 +224,8 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         """
         self._validate_params()
         queries = as_query_list(X)
-        scores, names = _score_table(Y, len(queries))
+        _check_distinct_queries(queries)
+        scores, names = _score_table(Y, queries)
         cost = _check_cost(cost, names)
         observed = ~np.isnan(scores)
         empty = ~observed.any(axis=0)
@@ -310,7 +369,8 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         X : sequence of length n_queries
             Queries.
         Y : DataFrame or array-like of shape (n_queries, n_models)
-            Observed scores, NaN where unobserved, columns as ``classes_``.
+            Observed scores, NaN where unobserved, columns as ``classes_``; rows
+            matched to X as in :meth:`fit`.
         sample_weight : array-like of shape (n_queries,), default=None
             Weights of the queries.
 
@@ -320,7 +380,7 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "embeddings_")
         queries = as_query_list(X)
-        scores, _ = _score_table(Y, len(queries), self.classes_)
+        scores, _ = _score_table(Y, queries, self.classes_)
         chosen = self.predict(queries)
         column = {name: j for j, name in enumerate(self.classes_)}
         picked = scores[np.arange(len(queries)), [column[c] for c in chosen]]
@@ -330,7 +390,15 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
                 "no query's chosen model has an observed score in Y; routing accuracy "
                 "is undefined"
             )
-        weights = None if sample_weight is None else np.asarray(sample_weight)[observed]
+        weights = None
+        if sample_weight is not None:
+            weights = np.asarray(sample_weight, dtype=np.float64)
+            if weights.shape != (len(queries),):
+                raise ValueError(
+                    f"sample_weight has shape {weights.shape}; give one weight per "
+                    f"query ({len(queries)})"
+                )
+            weights = weights[observed]
         return float(np.average(picked[observed], weights=weights))
 
     # -- changing the pool ------------------------------------------------------
@@ -354,7 +422,7 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         self
         """
         check_is_fitted(self, "embeddings_")
-        names = list(names)
+        names = as_item_list(names, "model names")
         check_evaluation_sets(evaluation_sets, [str(name) for name in names])
         if self.classes_.dtype != object and not all(
             isinstance(name, numbers.Integral) for name in names

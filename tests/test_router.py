@@ -334,3 +334,51 @@ def test_bad_names_are_named(router, problem):
         router.substitutes("nobody")
     with pytest.raises(ValueError, match="are not the router's models"):
         router.score(test, Y_test.iloc[:, ::-1])
+
+
+def _frozen(router):
+    return LocusRouter(FrozenEstimator(router.embedder_))
+
+
+def test_y_indexed_by_query_is_matched_to_x_by_label(router, problem):
+    _, train, Y, *_ = problem
+    by_query = Y.set_axis(train)
+    shuffled = by_query.sample(frac=1.0, random_state=0)
+    aligned = _frozen(router).fit(train, by_query)
+    matched = _frozen(router).fit(train, shuffled)
+    np.testing.assert_array_equal(matched.embeddings_, aligned.embeddings_)
+    np.testing.assert_array_equal(aligned.embeddings_, router.embeddings_)
+    assert router.score(train, shuffled) == router.score(train, by_query)
+
+
+def test_y_that_does_not_match_x_by_label_is_refused(router, problem):
+    _, train, Y, *_ = problem
+    by_query = Y.set_axis(train)
+    with pytest.raises(ValueError, match=rf"query '{train[0]}' of X is not in Y"):
+        _frozen(router).fit(train, by_query.drop(index=train[0]))
+    with pytest.raises(ValueError, match=rf"Y's index holds query '{train[0]}', wh"):
+        _frozen(router).fit(train[1:], by_query)
+    repeated = pd.concat([by_query, by_query.iloc[:1]])
+    with pytest.raises(ValueError, match=rf"query '{train[0]}' more than once"):
+        _frozen(router).fit(train, repeated)
+
+
+def test_a_repeated_query_or_model_is_an_error_not_last_one_wins(router, problem):
+    data, train, Y, *_ = problem
+    with pytest.raises(ValueError, match=rf"query '{train[0]}' is in X more than"):
+        _frozen(router).fit([train[0], *train[1:], train[0]], pd.concat([Y, Y[:1]]))
+    twice = Y.set_axis([data.model_names[0]] * 2 + data.model_names[2:], axis=1)
+    with pytest.raises(ValueError, match=rf"model '{data.model_names[0]}' in more"):
+        _frozen(router).fit(train, twice)
+
+
+def test_sample_weight_of_the_wrong_size_is_named(router, problem):
+    _, _, _, test, Y_test = problem
+    with pytest.raises(ValueError, match=r"sample_weight has shape \(3,\); give one"):
+        router.score(test, Y_test, sample_weight=[1.0, 2.0, 3.0])
+
+
+def test_add_models_refuses_a_bare_string_of_names(router, problem):
+    data, *_ = problem
+    with pytest.raises(TypeError, match=r"sequence of model names.*'xy'"):
+        _copy(router).add_models(data.evaluation_sets[:2], names="xy", cost=[1, 1])
