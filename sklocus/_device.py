@@ -14,9 +14,21 @@ def resolve_device(device: str | torch.device) -> str:
     if isinstance(device, str) and device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        return str(torch.device(device))
+        resolved = torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(
             f"device={device!r} is not a torch device; expected 'auto', 'cpu', "
             "'cuda' or 'cuda:N'"
         ) from error
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} asks for a CUDA GPU, but torch sees none (this "
+                f"torch is {torch.__version__}); use device='cpu' or 'auto'"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA "
+                f"device(s), numbered from 0"
+            )
+    return str(resolved)

@@ -21,7 +21,7 @@ from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, ProgressBar
 
 from sklocus._device import resolve_device
-from sklocus.encoders import SentenceEncoder, check_query_encoder
+from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
 from sklocus.metrics import correctness_accuracy
 from sklocus.nn.batching import pad, size_buckets
@@ -33,6 +33,7 @@ from sklocus.nn.training import (
     ModelSplit,
     QueryNoiseSchedule,
     SetCollator,
+    StopOnNonFiniteLoss,
     draws_per_model,
 )
 
@@ -450,7 +451,10 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         return [torch.device(self.device_)] if self.device_.startswith("cuda") else []
 
     def _build_net(self, ragged, vectors, seed):
-        callbacks = [("query_noise", QueryNoiseSchedule(*self.query_noise))]
+        callbacks = [
+            ("query_noise", QueryNoiseSchedule(*self.query_noise)),
+            ("non_finite_loss", StopOnNonFiniteLoss()),
+        ]
         train_split = None
         if self.validation_fraction is not None and ragged.n_sets >= 4:
             train_split = ModelSplit(
@@ -709,7 +713,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         """
         check_is_fitted(self, "net_")
         embeddings = self._check_embeddings(embeddings)
-        queries = list(queries)
+        queries = as_query_list(queries)
+        if not queries:
+            return np.empty((len(embeddings), 0), dtype=np.float32)
         vectors = self._encode(queries)
         return self._predict(embeddings, vectors)
 

@@ -660,3 +660,49 @@ def test_query_novelty_tells_new_kinds_of_queries_apart():
     assert (embedder.query_novelty(ids[200:]) > 2).all()
     with pytest.raises(NotFittedError):
         LocusEmbedder().query_novelty(["q1"])
+
+
+def test_a_bare_string_of_queries_is_refused_not_split(fitted, data):
+    z = fitted.transform(data.evaluation_sets[:2])
+    with pytest.raises(TypeError, match=r"single str 'q1'.*\['q1'\]"):
+        fitted.predict_correctness(z, "q1")
+
+
+def test_no_queries_give_an_empty_prediction(fitted, data):
+    z = fitted.transform(data.evaluation_sets[:2])
+    out = fitted.predict_correctness(z, [])
+    assert out.shape == (2, 0) and out.dtype == np.float32
+
+
+def test_a_diverging_fit_stops_with_the_epoch(data):
+    from skorch.callbacks import Callback
+
+    class Diverge(Callback):
+        """Make every weight NaN at the start of the second epoch."""
+
+        def on_epoch_begin(self, net, **kwargs):
+            if len(net.history) == 2:
+                with torch.no_grad():
+                    for parameter in net.module_.parameters():
+                        parameter.fill_(float("nan"))
+
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder, callbacks=[("diverge", Diverge())], **TINY
+    )
+    with pytest.raises(FloatingPointError, match=r"nan in epoch 2.*Lower the learn"):
+        embedder.fit(data.evaluation_sets)
+
+
+def test_a_validation_fraction_that_leaves_no_training_model_is_refused(data):
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder, **{**TINY, "validation_fraction": 0.95}
+    )
+    with pytest.raises(ValueError, match=r"validation_fraction=0.95 .* none to train"):
+        embedder.fit(data.evaluation_sets[:8])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine with no GPU")
+def test_cuda_without_a_gpu_is_a_clear_error(data):
+    embedder = LocusEmbedder(query_encoder=data.encoder, **{**TINY, "device": "cuda"})
+    with pytest.raises(ValueError, match=r"device='cuda'.*sees none.*device='cpu'"):
+        embedder.fit(data.evaluation_sets)

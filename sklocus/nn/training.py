@@ -218,6 +218,12 @@ class ModelSplit:
         """Split a :class:`ModelSetDataset` into training and validation models."""
         models = np.random.default_rng(self.seed).permutation(dataset.models)
         n_valid = max(1, int(round(self.fraction * len(models))))
+        if n_valid >= len(models):
+            raise ValueError(
+                f"validation_fraction={self.fraction} holds out {n_valid} of the "
+                f"{len(models)} training models, leaving none to train on; lower it "
+                "or set validation_fraction=None"
+            )
         valid, train = np.sort(models[:n_valid]), np.sort(models[n_valid:])
         training = ModelSetDataset(train, draws_per_model(len(train), self.epoch_size))
         return training, ModelSetDataset(valid, draws=self.draws)
@@ -241,3 +247,24 @@ class QueryNoiseSchedule(Callback):
         epochs = max(net.max_epochs - 1, 1)
         progress = min(len(net.history) - 1, epochs) / epochs
         net.module_.query_noise = self.start + (self.end - self.start) * progress
+
+
+class StopOnNonFiniteLoss(Callback):
+    """Stop training with a clear error as soon as a batch's loss is not finite.
+
+    Without it a diverged fit carries on and leaves NaN weights, whose embeddings
+    are NaN without a word.
+    """
+
+    def on_batch_end(self, net, batch=None, training=None, **kwargs):
+        """Check the loss skorch has just recorded for this batch."""
+        key = "train_loss" if training else "valid_loss"
+        loss = net.history[-1, "batches", -1, key]
+        if not np.isfinite(loss):
+            epoch = len(net.history)
+            phase = "training" if training else "validation"
+            raise FloatingPointError(
+                f"the {phase} loss became {loss} in epoch {epoch}; the fit "
+                f"diverged. Lower the learning rates (lr={net.lr:g}) or "
+                "predictor_lr, or raise weight_decay"
+            )
