@@ -146,3 +146,42 @@ def test_load_evaluations_names_what_is_missing(tmp_path):
         load_evaluations(tmp_path)
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         load_evaluations(tmp_path / "nowhere")
+
+
+def _write_folder(folder):
+    import pandas as pd
+
+    pd.DataFrame(
+        {"model": ["m1", "m1", "m2"], "query_id": ["a", "b", "a"], "score": [1, 0, 1]}
+    ).to_parquet(folder / "responses.parquet")
+    pd.DataFrame(
+        {"query_id": ["a", "b"], "query": ["What is 1 + 1?", "Say hi."]}
+    ).to_parquet(folder / "queries.parquet")
+
+
+@pytest.mark.parametrize(
+    "name", ["responses.parquet", "queries.parquet", "models.parquet"]
+)
+def test_a_damaged_parquet_file_is_named(tmp_path, name):
+    import pandas as pd
+
+    _write_folder(tmp_path)
+    pd.DataFrame({"model": ["m1", "m2"]}).to_parquet(tmp_path / "models.parquet")
+    path = tmp_path / name
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    with pytest.raises(ValueError, match=rf"{name} is not a readable Parquet file"):
+        load_evaluations(tmp_path)
+
+
+def test_bad_responses_and_repeated_models_are_named(tmp_path):
+    import pandas as pd
+
+    _write_folder(tmp_path)
+    pd.DataFrame({"model": ["m1", "m2", "m1"]}).to_parquet(tmp_path / "models.parquet")
+    with pytest.raises(ValueError, match=r"models.parquet has more than one row for"):
+        load_evaluations(tmp_path)
+    pd.DataFrame(
+        {"model": ["m1", "m1"], "query_id": ["a", "a"], "score": [1, 0]}
+    ).to_parquet(tmp_path / "responses.parquet")
+    with pytest.raises(ValueError, match=r"responses.parquet: .*'m1'.*'a'"):
+        load_evaluations(tmp_path)

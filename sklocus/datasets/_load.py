@@ -37,6 +37,16 @@ def _require_columns(frame, columns, path):
         )
 
 
+def _read_parquet(path):
+    """Read a Parquet file; any failure is a ValueError that names the file."""
+    try:
+        return pd.read_parquet(path)
+    except Exception as error:  # pyarrow raises its own types, OSError among them
+        raise ValueError(
+            f"{path} is not a readable Parquet file ({type(error).__name__}: {error})"
+        ) from error
+
+
 def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
     """Load evaluations from a folder in sklocus's on-disk format.
 
@@ -83,13 +93,13 @@ def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
                 "for the expected layout"
             )
 
-    queries = pd.read_parquet(folder / "queries.parquet")
+    queries = _read_parquet(folder / "queries.parquet")
     _require_columns(queries, ["query_id", "query"], folder / "queries.parquet")
     if not queries["query_id"].is_unique:
         repeated = queries["query_id"][queries["query_id"].duplicated()].iloc[0]
         raise ValueError(f"{folder / 'queries.parquet'} lists query {repeated!r} twice")
 
-    responses = pd.read_parquet(folder / "responses.parquet")
+    responses = _read_parquet(folder / "responses.parquet")
     _require_columns(
         responses, ["model", "query_id", "score"], folder / "responses.parquet"
     )
@@ -100,19 +110,33 @@ def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
             f"{folder / 'responses.parquet'} has query {stray!r} that "
             f"{folder / 'queries.parquet'} does not list"
         )
-    evaluation_sets, model_names = from_long(responses, query="query_id")
+    try:
+        evaluation_sets, model_names = from_long(responses, query="query_id")
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{folder / 'responses.parquet'}: {error}") from error
 
     models_path = folder / "models.parquet"
     if models_path.is_file():
-        models = pd.read_parquet(models_path)
+        models = _read_parquet(models_path)
         _require_columns(models, ["model"], models_path)
+        if not models["model"].is_unique:
+            repeated = models["model"][models["model"].duplicated()].iloc[0]
+            raise ValueError(
+                f"{models_path} has more than one row for model {repeated!r}; give "
+                "each model one row"
+            )
         models = models.set_index("model").reindex(model_names).reset_index()
     else:
         models = pd.DataFrame({"model": model_names})
 
     encodings_path = folder / f"encodings_{encoder}.npy"
     if encodings_path.is_file():
-        vectors = np.load(encodings_path)
+        try:
+            vectors = np.load(encodings_path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"{encodings_path} is not a readable .npy array: {error}"
+            ) from error
         if vectors.shape[0] != len(queries):
             raise ValueError(
                 f"{encodings_path} has {vectors.shape[0]} rows but "
