@@ -129,15 +129,47 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=4, seed=0, out=sys.s
         say(f"  {data.model_names[i]}: {described}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``--help`` shows the usage)."""
+
+    def error(self, message):
+        """Print ``prog: error: message`` and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _integer_in(low, high):
+    """Return an argparse type: an integer in [low, high] (no upper bound if None)."""
+    bounds = f"from {low}" if high is None else f"from {low} to {high}"
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not an integer; expected one {bounds}"
+            ) from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range; expected {bounds}"
+            )
+        return value
+
+    return parse
+
+
 def main(argv=None):
     """Run the command line."""
-    parser = argparse.ArgumentParser(prog="sklocus", description=__doc__)
+    parser = _Parser(prog="sklocus", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "demo", help="train, onboard and evaluate on built-in data"
     )
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--epochs", type=int, default=4, help="most training epochs")
+    run.add_argument(
+        "--seed", type=_integer_in(0, 2**32 - 1), default=0, help="random seed"
+    )
+    run.add_argument(
+        "--epochs", type=_integer_in(1, None), default=4, help="most training epochs"
+    )
     arguments = parser.parse_args(argv)
     if arguments.command == "demo":
         demo(max_epochs=arguments.epochs, seed=arguments.seed)
