@@ -124,15 +124,19 @@ def test_load_evaluations_reads_the_shared_data(openllm_path):
     assert mpnet.encoder.transform([first_query]).shape == (1, 768)
 
 
-def test_load_evaluations_without_encodings_gives_a_sentence_encoder(tmp_path):
+def _write_folder(folder):
     import pandas as pd
 
     pd.DataFrame(
         {"model": ["m1", "m1", "m2"], "query_id": ["a", "b", "a"], "score": [1, 0, 1]}
-    ).to_parquet(tmp_path / "responses.parquet")
+    ).to_parquet(folder / "responses.parquet")
     pd.DataFrame(
         {"query_id": ["a", "b"], "query": ["What is 1 + 1?", "Say hi."]}
-    ).to_parquet(tmp_path / "queries.parquet")
+    ).to_parquet(folder / "queries.parquet")
+
+
+def test_load_evaluations_without_encodings_gives_a_sentence_encoder(tmp_path):
+    _write_folder(tmp_path)
     data = load_evaluations(tmp_path)
     assert data.model_names == ["m1", "m2"]
     assert data.evaluation_sets == [{"a": 1.0, "b": 0.0}, {"a": 1.0}]
@@ -146,17 +150,6 @@ def test_load_evaluations_names_what_is_missing(tmp_path):
         load_evaluations(tmp_path)
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         load_evaluations(tmp_path / "nowhere")
-
-
-def _write_folder(folder):
-    import pandas as pd
-
-    pd.DataFrame(
-        {"model": ["m1", "m1", "m2"], "query_id": ["a", "b", "a"], "score": [1, 0, 1]}
-    ).to_parquet(folder / "responses.parquet")
-    pd.DataFrame(
-        {"query_id": ["a", "b"], "query": ["What is 1 + 1?", "Say hi."]}
-    ).to_parquet(folder / "queries.parquet")
 
 
 @pytest.mark.parametrize(
