@@ -111,6 +111,24 @@ def _noise_range(value):
     )
 
 
+def _release_training_state(net):
+    """Drop what only training needs from a trained skorch network.
+
+    The collators hold every training model's queries, scores and query vectors
+    (about 19 bytes per evaluation, and anyone holding a pickle could read the
+    scores back), the optimiser holds two moments per weight, and early stopping
+    a copy of the best weights, already loaded. Inference needs the module, and
+    users the history; fine-tuning builds a new network from the module's weights.
+    """
+    net.iterator_train__collate_fn = None
+    net.iterator_valid__collate_fn = None
+    net.train_split = None
+    net.optimizer_ = None
+    for _, callback in getattr(net, "callbacks_", []):
+        if hasattr(callback, "best_model_weights_"):
+            callback.best_model_weights_ = None
+
+
 class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Embed language models from their scored evaluations (LOCUS).
 
@@ -422,6 +440,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 # partial_fit trains the network as it stands; fit would
                 # initialise it afresh.
                 self.net_.partial_fit(models, y=None)
+        _release_training_state(self.net_)
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()

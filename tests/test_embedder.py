@@ -706,3 +706,16 @@ def test_cuda_without_a_gpu_is_a_clear_error(data):
     embedder = LocusEmbedder(query_encoder=data.encoder, **{**TINY, "device": "cuda"})
     with pytest.raises(ValueError, match=r"device='cuda'.*sees none.*device='cpu'"):
         embedder.fit(data.evaluation_sets)
+
+
+def test_a_fitted_embedder_keeps_no_training_data(fitted, data):
+    import pickle
+
+    blob = pickle.dumps(fitted)
+    # The collators held every training model's queries, scores and vectors.
+    assert b"SetCollator" not in blob and b"RaggedEvaluations" not in blob
+    assert fitted.net_.optimizer_ is None
+    loaded = pickle.loads(blob)
+    sets = data.evaluation_sets[:4]
+    np.testing.assert_array_equal(loaded.transform(sets), fitted.transform(sets))
+    assert len(loaded.history_) == len(fitted.history_) > 0
