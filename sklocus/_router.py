@@ -146,6 +146,10 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
     against every model with the embedder's correctness predictor and picks the
     best. Models can be added and removed afterwards without refitting.
 
+    Its target is a matrix of scores with gaps, not class labels, so its tags do
+    not call it a classifier (``sklearn.base.is_classifier`` is False): an integer
+    ``cv`` splits the queries with ``KFold``, as stratifying on the scores cannot.
+
     Parameters
     ----------
     embedder : LocusEmbedder or FrozenEstimator or None, default=None
@@ -202,6 +206,9 @@ class LocusRouter(ClassifierMixin, BaseEstimator):
         tags.input_tags.string = True
         tags.target_tags.multi_output = True
         tags.target_tags.single_output = False
+        # Y is a score matrix, not class labels: without this, cross-validation
+        # with an integer cv stratifies on Y, which fails on its NaNs.
+        tags.estimator_type = None
         return tags
 
     def fit(self, X, Y, cost=None):

@@ -382,3 +382,13 @@ def test_add_models_refuses_a_bare_string_of_names(router, problem):
     data, *_ = problem
     with pytest.raises(TypeError, match=r"sequence of model names.*'xy'"):
         _copy(router).add_models(data.evaluation_sets[:2], names="xy", cost=[1, 1])
+
+
+def test_cross_val_score_with_the_default_cv(problem):
+    data, train, Y, *_ = problem
+    router = LocusRouter(
+        LocusEmbedder(query_encoder=data.encoder, **{**SMALL, "max_epochs": 1})
+    )
+    assert Y.isna().to_numpy().any()  # what stratified splitting failed on
+    scores = cross_val_score(router, train, Y, cv=3)
+    assert scores.shape == (3,) and np.isfinite(scores).all()
