@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import numbers
 
 import numpy as np
@@ -489,7 +490,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             )
         if self.verbose:
             callbacks.append(("progress_bar", ProgressBar()))
-        callbacks.extend(self.callbacks or [])
+        # Copies: fit must leave the user's callback objects (parameters of this
+        # estimator) as they were, and two fits must not share their state.
+        callbacks.extend(copy.deepcopy(list(self.callbacks or [])))
         sampling = (ragged, vectors, self.encoder_sizes, self.decoder_size, seed)
         query_mask = None
         if train_split is not None and self.validation_queries > 0:

@@ -304,6 +304,8 @@ def test_history_callbacks_and_early_stopping(data):
     )
     assert len(embedder.history_) == 4
     assert dict(embedder.net_.callbacks_)["count"].epochs == 4
+    assert not hasattr(counter, "epochs")  # fit used a copy of the parameter
+    assert embedder.callbacks[0][1] is counter
     assert "valid_loss" in embedder.history_[-1]
     assert "early_stopping" in dict(embedder.net_.callbacks_)
     no_validation = LocusEmbedder(
