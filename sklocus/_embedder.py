@@ -24,7 +24,7 @@ from skorch.callbacks import EarlyStopping, ProgressBar
 from sklocus._device import resolve_device
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
-from sklocus.metrics import correctness_accuracy
+from sklocus.metrics import correctness_log_likelihood
 from sklocus.nn.batching import pad, size_buckets
 from sklocus.nn.network import LocusNetwork
 from sklocus.nn.refinement import refine_embeddings
@@ -756,11 +756,16 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         return out
 
     def score(self, X, y=None):
-        """Correctness accuracy on a held-out part of each evaluation set.
+        """Log-likelihood of a held-out part of each evaluation set.
 
         A fixed quarter of each set's evaluations (the same positions on every call)
         is held out; the rest builds the model's embedding, which then predicts the
-        held-out scores. Sets of one evaluation are skipped.
+        held-out scores. Sets of one evaluation are skipped. The score is
+        :func:`~sklocus.metrics.correctness_log_likelihood` of those predictions, a
+        proper scoring rule: ``GridSearchCV`` and ``cross_val_score`` with the
+        default scoring prefer the embedder whose probabilities fit unseen
+        evaluations best, where thresholded accuracy ties settings that differ only
+        in calibration.
 
         Parameters
         ----------
@@ -772,7 +777,8 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         Returns
         -------
         float
-            Fraction of held-out evaluations predicted right (threshold 0.5).
+            Mean held-out log-likelihood per evaluation: at most 0, higher is better;
+            ``log(0.5)``, about -0.693, is what predicting 0.5 everywhere earns.
         """
         check_is_fitted(self, "net_")
         ragged = check_evaluation_sets(X)
@@ -804,7 +810,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
         )
         z = self._embed(kept, vectors)
         probabilities = self._predict_own(z, held_codes, vectors)
-        return correctness_accuracy(
+        return correctness_log_likelihood(
             np.concatenate(held_scores)[None], np.concatenate(probabilities)[None]
         )
 

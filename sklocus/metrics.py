@@ -1,4 +1,4 @@
-"""Correctness and routing accuracy, the two measures of LOCUS (METHOD.md, Metrics).
+"""Correctness and routing accuracy (METHOD.md, Metrics) and correctness log-likelihood.
 
 Score matrices are ``(n_models, n_queries)``, NaN where a model was not evaluated on
 a query; probabilities have the same shape.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["correctness_accuracy", "routing_accuracy"]
+__all__ = ["correctness_accuracy", "correctness_log_likelihood", "routing_accuracy"]
 
 
 def _check_pair(scores, probabilities):
@@ -51,6 +51,46 @@ def correctness_accuracy(scores, probabilities):
         raise ValueError("no score is observed; correctness accuracy is undefined")
     agree = (probabilities >= 0.5) == (scores >= 0.5)
     return float(agree[observed].mean())
+
+
+# Probabilities are clipped to [_EPS, 1 - _EPS] so that a confident mistake costs a
+# large finite amount; float32 probabilities round to 0 and 1 beyond about 1e-7.
+_EPS = 1e-7
+
+
+def correctness_log_likelihood(scores, probabilities):
+    """Mean log-likelihood of the observed scores under the predicted probabilities.
+
+    ``s * log(p) + (1 - s) * log(1 - p)`` averaged over every observed (model,
+    query) pair, so fractional scores count as soft labels. It is a proper scoring
+    rule: higher is better, 0 is perfect, ``log(0.5)`` (about -0.693) is what
+    predicting 0.5 everywhere earns. Unlike :func:`correctness_accuracy` it
+    rewards calibrated probabilities, not only their side of 0.5.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores in [0, 1], NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from sklocus.metrics import correctness_log_likelihood
+    >>> round(correctness_log_likelihood([[1, 0, float("nan")]], [[0.5, 0.5, 0.1]]), 3)
+    -0.693
+    """
+    scores, probabilities = _check_pair(scores, probabilities)
+    observed = ~np.isnan(scores)
+    if not observed.any():
+        raise ValueError("no score is observed; the log-likelihood is undefined")
+    s = scores[observed]
+    p = np.clip(probabilities[observed], _EPS, 1 - _EPS)
+    return float(np.mean(s * np.log(p) + (1 - s) * np.log1p(-p)))
 
 
 def routing_accuracy(scores, probabilities):
