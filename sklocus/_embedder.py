@@ -550,6 +550,9 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
 
     @property
     def _n_features_out(self):
+        # NotFittedError is an AttributeError: before fit the attribute is
+        # missing, and get_feature_names_out says the embedder is not fitted.
+        check_is_fitted(self, "net_")
         return self.embedding_dim
 
     # -- encoding queries -------------------------------------------------------
