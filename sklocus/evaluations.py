@@ -206,7 +206,11 @@ def _set_items(evaluation_set, where: str):
     elif isinstance(evaluation_set, Mapping):
         queries = np.empty(len(evaluation_set), dtype=object)
         queries[:] = list(evaluation_set.keys())
-        scores = np.asarray(list(evaluation_set.values()))
+        values = list(evaluation_set.values())
+        try:
+            scores = np.asarray(values)
+        except ValueError:  # sequences of several lengths among the values
+            scores = _object_array(values)
     else:
         raise TypeError(
             f"{where} is a {type(evaluation_set).__name__}; expected a mapping from "
@@ -216,9 +220,16 @@ def _set_items(evaluation_set, where: str):
         raise ValueError(f"{where} is empty; every model needs at least one evaluation")
     if scores.ndim != 1:
         # np.asarray turned sequence-valued scores into a 2-D array.
-        scores = np.empty(len(queries), dtype=object)
-        scores[:] = list(evaluation_set.values())
+        scores = _object_array(list(evaluation_set.values()))
     return queries, scores
+
+
+def _object_array(values):
+    """Return ``values`` as a 1-D object array, each kept whole (a list stays one)."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out
 
 
 def _check_distinct_codes(codes, offsets, uniques, model_names):

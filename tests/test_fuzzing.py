@@ -5,16 +5,18 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sklocus import LocusEmbedder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import check_evaluation_sets
 
+# Derandomised: CI runs the same examples every time, so a failure reproduces.
 FUZZ = settings(
     max_examples=60,
     deadline=None,
+    derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
@@ -44,6 +46,7 @@ sets = st.one_of(
 
 @FUZZ
 @given(st.lists(sets, max_size=4))
+@example([{"": None, None: []}])  # once raised numpy's inhomogeneous-shape error
 def test_evaluation_sets_are_accepted_or_refused_by_name(evaluation_sets):
     try:
         ragged = check_evaluation_sets(evaluation_sets)
