@@ -2,7 +2,7 @@
 
 One command reruns everything and writes ``docs/results.md`` with its plots::
 
-    python benchmarks/openllm.py ../shared/data/openllm [--seeds 0 1]
+    python benchmarks/openllm.py DATA_FOLDER [--seeds 0 1]
         [--settings onboarding pool] [--draws 3] [--tables-only]
         [--out docs/results.md] [--set name=value ...]
 

@@ -29,7 +29,7 @@ Each pool is ``OpenLLM.draw_pool(seed)``; figures at n are the mean over
 ``--draws`` draws of the n evaluations (``openllm.draw_states``), as in
 openllm.py. Run::
 
-    python benchmarks/openllm_headroom.py ../shared/data/openllm --seeds 0 1 2 3 4 5 6 7
+    python benchmarks/openllm_headroom.py DATA_FOLDER --seeds 0 1 2 3 4 5 6 7
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
     figures.mkdir(parents=True, exist_ok=True)
     seeds = " ".join(str(s) for s in arguments.seeds)
     command = (
-        f"python benchmarks/openllm.py ../shared/data/openllm --seeds {seeds} "
+        f"python benchmarks/openllm.py DATA_FOLDER --seeds {seeds} "
         f"--settings {' '.join(arguments.settings)} --encoder {arguments.encoder} "
         f"--draws {arguments.draws}{' --tables-only' * arguments.tables_only} "
         f"--out {arguments.out}"

@@ -11,7 +11,7 @@ evaluations of the pool's models, prints for both:
 - the spread of each model's logits over the test queries around its mean (how
   much the prediction says that model's strength varies from query to query).
 
-    python benchmarks/openllm_routing.py ../shared/data/openllm [--seed 0]
+    python benchmarks/openllm_routing.py DATA_FOLDER [--seed 0]
         [--draws 4] [--set name=value ...]
 """
 

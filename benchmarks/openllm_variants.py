@@ -16,7 +16,7 @@ A variant is ``NAME`` or ``NAME:name=value,name=value``: ``defaults`` (today's
 the library (tried and not kept; docs/tuning.md), with ``LocusEmbedder``
 parameters after the colon::
 
-    python benchmarks/openllm_variants.py ../shared/data/openllm \\
+    python benchmarks/openllm_variants.py DATA_FOLDER \\
         --variants defaults defaults:prior_tokens=1 count \\
         --seeds 0 1 2 3 [--mf] [--device cuda --jobs 8] --out variants.jsonl
     python benchmarks/openllm_variants.py --summary variants.jsonl \\

@@ -53,7 +53,7 @@ def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
     Parameters
     ----------
     path : str or path-like
-        The folder, e.g. ``"../shared/data/openllm"``.
+        The folder, e.g. a copy of the Open LLM Leaderboard data.
     encoder : str, default="all-MiniLM-L6-v2"
         Query encoder to provide. When the folder holds ``encodings_<encoder>.npy``
         those encodings are used; otherwise a :class:`~sklocus.SentenceEncoder` of
@@ -79,7 +79,7 @@ def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
     Examples
     --------
     >>> from sklocus.datasets import load_evaluations
-    >>> data = load_evaluations("../shared/data/openllm")  # doctest: +SKIP
+    >>> data = load_evaluations("openllm")  # doctest: +SKIP
     >>> len(data.model_names), len(data.queries)  # doctest: +SKIP
     (5949, 1075)
     """
