@@ -26,6 +26,7 @@ FORWARD = "LOCUS zero-shot, forward"
 SCRATCH = f"LOCUS scratch on {FINETUNE_MODELS}, refined"
 BASELINES = ("overall accuracy", "MF (dim 16)")
 REFINE = [50, 0.1]  # openllm_transfer.py's default --refine
+PASSES = (("forward", "before (forward pass)"), ("refined", "after (refined)"))
 BEGIN = "<!-- transfer: written by benchmarks/openllm_transfer_report.py -->"
 END = "<!-- end of transfer -->"
 
@@ -69,6 +70,11 @@ def _cell(values):
     if len(values) < 2:
         return f"{values.mean():.3f}"
     return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
+
+
+def _mean_cell(figures, method, n):
+    """The correctness cell of ``method`` at ``n``: mean over pools ± sd."""
+    return _cell([v[0] for v in figures[method, n].values()])
 
 
 def _table(header, rows):
@@ -177,44 +183,49 @@ def _verdict(smallest, strict):
     return f"{'yes' if met else 'no'} ({smallest:+.3f})"
 
 
-def verdicts(scores):
+def _targets(scores):
+    """The issue's targets as (label, pairs to compare, from which n, strict)."""
+    targets = [
+        (
+            "zero-shot matches overall accuracy at every n",
+            [(ZERO_SHOT, BASELINES[0])],
+            0,
+            False,
+        ),
+        (
+            "zero-shot beats overall accuracy and MF from n = 64",
+            [(ZERO_SHOT, b) for b in BASELINES],
+            64,
+            True,
+        ),
+    ]
+    for tuned in _fine_tuned(scores):
+        recipe = tuned.removeprefix("LOCUS ").removesuffix(", refined")
+        label = f"{recipe} beats scratch on {FINETUNE_MODELS} and zero-shot from n = 64"
+        targets.append((label, [(tuned, SCRATCH), (tuned, ZERO_SHOT)], 64, True))
+    return targets
+
+
+def verdict_table(scores):
     """The targets of zero-shot transfer and fine-tuning, fold by fold.
 
     A target is met when the mean over pools of the paired correctness
     difference is >= 0 ("matches") or > 0 ("beats") at every n it covers; each
     cell gives the smallest such difference.
     """
-    against = {
-        "zero-shot matches overall accuracy at every n": [(ZERO_SHOT, BASELINES[0])],
-        "zero-shot beats overall accuracy and MF from n = 64": [
-            (ZERO_SHOT, b) for b in BASELINES
-        ],
-    }
-    for tuned in _fine_tuned(scores):
-        recipe = tuned.removeprefix("LOCUS ").removesuffix(", refined")
-        against[
-            f"{recipe} beats scratch on {FINETUNE_MODELS} and zero-shot from n = 64"
-        ] = [
-            (tuned, SCRATCH),
-            (tuned, ZERO_SHOT),
-        ]
     folds = list(dict.fromkeys(row["fold"] for row in scores))
     rows = []
-    for target, pairs in against.items():
+    for label, pairs, from_n, strict in _targets(scores):
         cells = []
         for fold in folds:
             figures = _figures(scores, "transfer", fold)
-            sizes = sorted({n for _, n in figures})
-            if "every n" not in target:
-                sizes = [n for n in sizes if n >= 64]
+            sizes = sorted({n for _, n in figures if n >= from_n})
             found = [_smallest(figures, m, b, sizes) for m, b in pairs]
-            smallest = None if None in found else min(found)
-            cells.append(_verdict(smallest, strict="every n" not in target))
+            cells.append(_verdict(None if None in found else min(found), strict))
         met = sum(cell.startswith("yes") for cell in cells)
         measured = sum(cell != "not measured" for cell in cells)
-        rows.append([target, *cells, f"{met} of {measured}"])
+        rows.append([label, *cells, f"{met} of {measured}"])
     return (
-        "### Targets, fold by fold\n\n"
         "Correctness, LOCUS refined; a cell is the smallest difference over the "
         "sizes n the target covers, each the mean over pools of the paired "
         "difference; *matches* asks it to be >= 0, *beats* > 0.\n\n"
@@ -290,7 +301,7 @@ def page(records):
     scores = [r for r in records if r["kind"] == "score"]
     return "\n\n".join(
         [
-            verdicts(scores),
+            "### Targets, fold by fold\n\n" + verdict_table(scores),
             *fold_tables(scores),
             differences(scores),
             in_domain(scores),
@@ -320,9 +331,7 @@ def headline(records):
             rows.append(
                 [fold, n]
                 + [
-                    _cell([v[0] for v in figures[m, n].values()])
-                    if (m, n) in figures
-                    else ""
+                    _mean_cell(figures, m, n) if (m, n) in figures else ""
                     for m, _ in columns
                 ]
             )
@@ -338,28 +347,13 @@ def headline(records):
         if len(scratch) < 2:
             continue
         for n in sorted({n for _, n in figures}):
-            for passed in ("forward", "refined"):
-                small.append(
-                    [
-                        fold,
-                        n,
-                        "before (forward pass)"
-                        if passed == "forward"
-                        else "after (refined)",
-                    ]
-                    + [
-                        _cell(
-                            [
-                                v[0]
-                                for v in figures[
-                                    m.replace("refined", passed), n
-                                ].values()
-                            ]
-                        )
-                        for m in scratch
-                    ]
-                    + [_cell([v[0] for v in figures[b, n].values()]) for b in BASELINES]
-                )
+            for passed, label in PASSES:
+                row = [
+                    _mean_cell(figures, m.replace("refined", passed), n)
+                    for m in scratch
+                ]
+                baselines = [_mean_cell(figures, b, n) for b in BASELINES]
+                small.append([fold, n, label, *row, *baselines])
         header = [
             "benchmark",
             "n",
@@ -423,7 +417,7 @@ def write_docs(records, folder, command, paths):
         "",
         transfer,
         "",
-        verdicts([r for r in records if r["kind"] == "score"]).split("\n\n", 1)[1],
+        verdict_table([r for r in records if r["kind"] == "score"]),
     ]
     if small:
         section += [

@@ -54,8 +54,8 @@ def _check_cost(cost, names):
 def _score_table(Y, queries, classes=None):
     """Return ``(scores, names)``: Y as an (n_queries, n_models) float array.
 
-    A DataFrame whose index is not a plain ``RangeIndex`` is matched to the
-    queries by label; anything else row by row.
+    A DataFrame's rows are matched to the queries as :func:`_align_rows` says;
+    anything else is read row by row.
     """
     if isinstance(Y, pd.DataFrame):
         if not Y.columns.is_unique:
@@ -100,7 +100,8 @@ def _align_rows(Y, queries):
     """
     if isinstance(Y.index, pd.RangeIndex):
         return Y
-    inside = pd.Index(queries).isin(Y.index)
+    wanted = pd.Index(queries)
+    inside = wanted.isin(Y.index)
     if not inside.any():
         return Y
     if not inside.all():
@@ -116,13 +117,13 @@ def _align_rows(Y, queries):
             f"Y's index holds query {shown(repeated)} more than once; give each query "
             "one row"
         )
-    extra = Y.index.difference(pd.Index(queries))
+    extra = Y.index.difference(wanted)
     if len(extra):
         raise ValueError(
             f"Y's index holds query {shown(extra[0])}, which is not in X; give one "
             "row of scores per query of X"
         )
-    return Y.iloc[Y.index.get_indexer(queries)]
+    return Y.iloc[Y.index.get_indexer(wanted)]
 
 
 def _check_distinct_queries(queries):

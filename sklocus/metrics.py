@@ -22,6 +22,15 @@ def _check_pair(scores, probabilities):
     return scores, probabilities
 
 
+def _observed_pairs(scores, probabilities, measure):
+    """Return the observed scores and their probabilities as two flat arrays."""
+    scores, probabilities = _check_pair(scores, probabilities)
+    observed = ~np.isnan(scores)
+    if not observed.any():
+        raise ValueError(f"no score is observed; {measure} is undefined")
+    return scores[observed], probabilities[observed]
+
+
 def correctness_accuracy(scores, probabilities):
     """Agreement of thresholded predictions with observed scores.
 
@@ -45,12 +54,10 @@ def correctness_accuracy(scores, probabilities):
     >>> correctness_accuracy([[1, 0, float("nan")]], [[0.9, 0.7, 0.1]])
     0.5
     """
-    scores, probabilities = _check_pair(scores, probabilities)
-    observed = ~np.isnan(scores)
-    if not observed.any():
-        raise ValueError("no score is observed; correctness accuracy is undefined")
-    agree = (probabilities >= 0.5) == (scores >= 0.5)
-    return float(agree[observed].mean())
+    scores, probabilities = _observed_pairs(
+        scores, probabilities, "correctness accuracy"
+    )
+    return float(((probabilities >= 0.5) == (scores >= 0.5)).mean())
 
 
 # Probabilities are clipped to [_EPS, 1 - _EPS] so that a confident mistake costs a
@@ -84,12 +91,8 @@ def correctness_log_likelihood(scores, probabilities):
     >>> round(correctness_log_likelihood([[1, 0, float("nan")]], [[0.5, 0.5, 0.1]]), 3)
     -0.693
     """
-    scores, probabilities = _check_pair(scores, probabilities)
-    observed = ~np.isnan(scores)
-    if not observed.any():
-        raise ValueError("no score is observed; the log-likelihood is undefined")
-    s = scores[observed]
-    p = np.clip(probabilities[observed], _EPS, 1 - _EPS)
+    s, p = _observed_pairs(scores, probabilities, "the log-likelihood")
+    p = np.clip(p, _EPS, 1 - _EPS)
     return float(np.mean(s * np.log(p) + (1 - s) * np.log1p(-p)))
 
 
