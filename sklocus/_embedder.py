@@ -22,6 +22,7 @@ from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, ProgressBar
 
 from sklocus._device import resolve_device
+from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
 from sklocus.metrics import correctness_log_likelihood
@@ -112,7 +113,25 @@ def _noise_range(value):
     )
 
 
-def _release_training_state(net):
+def locus_network(module_params, device, **settings):
+    """Build the skorch network around :class:`LocusNetwork`.
+
+    ``fit`` builds it with its training settings; :func:`sklocus.load` rebuilds a
+    fitted one from its ``module_params`` (``LocusNetwork``'s arguments) alone.
+    """
+    module_args = {f"module__{name}": value for name, value in module_params.items()}
+    return NeuralNet(
+        module=LocusNetwork,
+        **module_args,
+        criterion=MaskedBCEWithLogitsLoss,
+        optimizer=torch.optim.AdamW,
+        predict_nonlinearity=None,
+        device=device,
+        **settings,
+    )
+
+
+def release_training_state(net):
     """Drop what only training needs from a trained skorch network.
 
     The collators hold every training model's queries, scores and query vectors
@@ -130,7 +149,9 @@ def _release_training_state(net):
             callback.best_model_weights_ = None
 
 
-class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class LocusEmbedder(
+    VersionStampMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+):
     """Embed language models from their scored evaluations (LOCUS).
 
     A set encoder maps each model's evaluation set (queries with scores) to one
@@ -441,7 +462,7 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
                 # partial_fit trains the network as it stands; fit would
                 # initialise it afresh.
                 self.net_.partial_fit(models, y=None)
-        _release_training_state(self.net_)
+        release_training_state(self.net_)
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()
@@ -501,18 +522,10 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             query_mask = np.ones(n_queries, dtype=bool)
             rng = np.random.default_rng((seed, 1))
             query_mask[rng.choice(n_queries, size=n_held, replace=False)] = False
-        return NeuralNet(
-            module=LocusNetwork,
-            module__query_dim=vectors.shape[1],
-            module__embedding_dim=self.embedding_dim,
-            module__n_latents=self.n_latents,
-            module__n_layers=self.n_layers,
-            module__n_heads=self.n_heads,
-            module__prior_tokens=self.prior_tokens,
-            module__predictor_hidden=self.predictor_hidden,
-            module__dropout=self.dropout,
-            criterion=MaskedBCEWithLogitsLoss,
-            optimizer=torch.optim.AdamW,
+        module_params = {name: getattr(self, name) for name in _ARCHITECTURE}
+        return locus_network(
+            dict(module_params, query_dim=vectors.shape[1], dropout=self.dropout),
+            self.device_,
             lr=self.lr,
             optimizer__weight_decay=self.weight_decay,
             optimizer__param_groups=[("predictor.*", {"lr": self.predictor_lr})],
@@ -525,8 +538,6 @@ class LocusEmbedder(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstim
             ),
             train_split=train_split,
             callbacks=callbacks,
-            predict_nonlinearity=None,
-            device=self.device_,
             verbose=self.verbose,
         )
 

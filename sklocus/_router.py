@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from sklocus._embedder import LocusEmbedder
 from sklocus._validation import as_item_list, shown
+from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
 from sklocus.evaluations import check_evaluation_sets
 from sklocus.geometry import model_distances
@@ -137,7 +138,7 @@ def _check_distinct_queries(queries):
         seen.add(query)
 
 
-class LocusRouter(ClassifierMixin, BaseEstimator):
+class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     """Route each query to the model most likely to answer it correctly.
 
     A classifier whose samples are queries and whose classes are models. ``fit``

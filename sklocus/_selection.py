@@ -33,13 +33,18 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from sklocus._versioning import VersionStampMixin
 from sklocus.geometry import METRICS, model_distances
 
 __all__ = ["CoverageGreedySelector", "KCenterSelector", "KMedoidsSelector"]
 
 
 class _BaseSelector(
-    ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, BaseEstimator
+    VersionStampMixin,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    BaseEstimator,
 ):
     """What every selector shares: input checks, assignment, predict, transform."""
 
@@ -90,7 +95,7 @@ class _BaseSelector(
         return np.argmin(self.transform(X), axis=1)
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_distances", None)
         return state
 

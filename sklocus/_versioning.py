@@ -1,0 +1,51 @@
+"""The installed sklocus version, and the stamp that saved estimators carry."""
+
+from __future__ import annotations
+
+import warnings
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("sklocus")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+
+class SklocusVersionWarning(UserWarning):
+    """A saved estimator was written by another version of sklocus.
+
+    It loads, but its behaviour may differ from what it had when saved: refit it,
+    or load it with the version named in the message.
+    """
+
+
+def warn_if_other_version(written, what):
+    """Warn when ``written`` (the version that saved ``what``) is not this one."""
+    if written != __version__:
+        warnings.warn(
+            f"{what} was saved by sklocus {written} and is loaded by sklocus "
+            f"{__version__}; it may behave differently. Refit it, or load it with "
+            f"sklocus {written}.",
+            SklocusVersionWarning,
+            stacklevel=3,
+        )
+
+
+class VersionStampMixin:
+    """Stamp pickles (joblib included) with the sklocus version that wrote them.
+
+    Loading a pickle from another version warns with
+    :class:`SklocusVersionWarning`, as scikit-learn does for its own version.
+    Pickles written before the stamp existed (sklocus 0.1.0) load silently.
+    """
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_sklocus_version"] = __version__
+        return state
+
+    def __setstate__(self, state):
+        written = state.pop("_sklocus_version", None)
+        if written is not None:
+            warn_if_other_version(written, f"This pickled {type(self).__name__}")
+        super().__setstate__(state)

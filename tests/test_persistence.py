@@ -1,0 +1,411 @@
+"""sklocus.save / sklocus.load, and the version stamp of joblib pickles."""
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import save_file
+from skorch.callbacks import EpochTimer
+
+import sklocus
+import sklocus._persistence
+import sklocus._versioning
+from sklocus import (
+    CoverageGreedySelector,
+    KCenterSelector,
+    KMedoidsSelector,
+    LocusEmbedder,
+    LocusRouter,
+    ModelFileError,
+    SklocusVersionWarning,
+)
+from sklocus.datasets import make_evaluations
+from sklocus.encoders import SentenceEncoder
+from sklocus.evaluations import to_matrix
+
+TINY = dict(
+    embedding_dim=8,
+    n_latents=4,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=8,
+    encoder_sizes=(8, 32),
+    max_epochs=2,
+    epoch_size=1,
+    random_state=0,
+)
+# Rebuilt identically in the fresh processes below.
+DATA_ARGS = dict(
+    n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8, random_state=0
+)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_evaluations(**DATA_ARGS)
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    """The five estimators, fitted, and what each must reproduce after loading."""
+    sets = data.evaluation_sets
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY).fit(sets)
+    scores, queries = to_matrix(sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    cost = np.arange(1.0, len(data.model_names) + 1)
+    router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY)).fit(
+        queries, Y, cost=cost
+    )
+    Z = embedder.transform(sets)
+    return {
+        "embedder": embedder,
+        "router": router,
+        "kcenter": KCenterSelector(n_selected=3).fit(Z),
+        "kmedoids": KMedoidsSelector(n_selected=3, random_state=0).fit(Z),
+        "coverage": CoverageGreedySelector(budget=4.0).fit(Z, cost=cost[: len(Z)]),
+    }
+
+
+# What each estimator computes; the fresh processes run the same code.
+OUTPUTS = textwrap.dedent(
+    """
+    import numpy as np
+    from sklocus.datasets import make_evaluations
+    from sklocus.evaluations import to_matrix
+
+    def outputs(name, estimator, data):
+        sets = data.evaluation_sets
+        queries = to_matrix(sets)[1]
+        if name == "embedder":
+            Z = estimator.transform(sets)
+            return {"Z": Z, "p": estimator.predict_correctness(Z, queries[:20])}
+        if name == "router":
+            return {
+                "proba": estimator.predict_proba(queries[:20]),
+                "routes": estimator.predict(queries[:20]).astype(str),
+                "embeddings": estimator.embeddings_,
+            }
+        Z = np.random.default_rng(0).normal(size=(9, 8))
+        return {
+            "selected": estimator.selected_indices_,
+            "distances": estimator.transform(Z),
+            "labels": estimator.predict(Z),
+        }
+    """
+)
+exec(OUTPUTS)  # defines outputs()
+
+
+def _expected(fitted, data):
+    return {name: outputs(name, est, data) for name, est in fitted.items()}  # noqa: F821
+
+
+def _check_in_fresh_process(paths, expected, reader, tmp_path):
+    for name, arrays in expected.items():
+        np.savez(tmp_path / f"{name}.expected.npz", **arrays)
+    script = OUTPUTS + textwrap.dedent(
+        f"""
+        import joblib, sklocus, warnings
+        warnings.simplefilter("error")  # same version: no warning at all
+        data = make_evaluations(**{DATA_ARGS!r})
+        for name, path in { ({k: str(v) for k, v in paths.items()})!r}.items():
+            estimator = {reader}(path)
+            got = outputs(name, estimator, data)
+            expected = np.load({str(tmp_path)!r} + f"/{{name}}.expected.npz")
+            for key, value in got.items():
+                assert value.dtype == expected[key].dtype, (name, key)
+                np.testing.assert_array_equal(value, expected[key], err_msg=name + key)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_every_estimator_round_trips_bit_identically_in_a_fresh_process(
+    fitted, data, tmp_path
+):
+    paths = {name: tmp_path / f"{name}.sklocus" for name in fitted}
+    for name, estimator in fitted.items():
+        sklocus.save(estimator, paths[name])
+    _check_in_fresh_process(paths, _expected(fitted, data), "sklocus.load", tmp_path)
+
+
+def test_every_estimator_round_trips_through_joblib_in_a_fresh_process(
+    fitted, data, tmp_path
+):
+    paths = {name: tmp_path / f"{name}.joblib" for name in fitted}
+    for name, estimator in fitted.items():
+        joblib.dump(estimator, paths[name])
+    _check_in_fresh_process(paths, _expected(fitted, data), "joblib.load", tmp_path)
+
+
+def test_loaded_estimators_keep_their_parameters_and_attributes(fitted, tmp_path):
+    for name, estimator in fitted.items():
+        sklocus.save(estimator, tmp_path / name)
+        loaded = sklocus.load(tmp_path / name)
+        assert type(loaded) is type(estimator)
+        assert joblib.hash(loaded.get_params()) == joblib.hash(estimator.get_params())
+    router = sklocus.load(tmp_path / "router")
+    assert list(router.classes_) == list(fitted["router"].classes_)
+    np.testing.assert_array_equal(router.cost_, fitted["router"].cost_)
+    assert (
+        router.embedder_.history_[-1]["train_loss"]
+        == (fitted["router"].embedder_.history_[-1]["train_loss"])
+    )
+
+
+def test_an_unfitted_estimator_round_trips(tmp_path):
+    embedder = LocusEmbedder(
+        SentenceEncoder(texts={"q1": "What is 2 + 2?", 3: "x"}, cache_dir=tmp_path),
+        encoder_sizes=(4, 16),
+        random_state=np.int64(3),
+    )
+    sklocus.save(LocusRouter(embedder, cost_weight=0.5), tmp_path / "router")
+    loaded = sklocus.load(tmp_path / "router")
+    assert not hasattr(loaded, "embedder_")
+    params = loaded.embedder.get_params()
+    assert params["encoder_sizes"] == (4, 16)
+    assert params["random_state"] == 3 and isinstance(params["random_state"], np.int64)
+    assert params["query_encoder__texts"] == {"q1": "What is 2 + 2?", 3: "x"}
+    assert params["query_encoder__cache_dir"] == tmp_path
+    assert loaded.cost_weight == 0.5
+
+
+def test_a_saved_embedder_holds_only_what_inference_needs(fitted, tmp_path):
+    embedder = fitted["embedder"]
+    sklocus.save(embedder, tmp_path / "embedder")
+    with safe_open(tmp_path / "embedder", "np") as file:
+        names = set(file.keys())
+        description = file.metadata()["sklocus"]
+    weights = {f"LocusEmbedder.net_.{k}" for k in embedder.net_.module_.state_dict()}
+    # The query encoder is a parameter and the fitted encoder: its table is
+    # stored once.
+    others = {"LocusEmbedder.query_encoder.vectors", "LocusEmbedder.query_centroids_"}
+    assert names == weights | others
+    # No training score is in the description either: the only numbers are
+    # parameters, the history and query ids.
+    assert "scores" not in description
+
+
+# -- files that are refused -----------------------------------------------------------
+
+
+def _rewrite(path, edit):
+    """Rewrite a model file's description with ``edit``, keeping a valid checksum."""
+    with safe_open(path, "np") as file:
+        arrays = {key: file.get_tensor(key) for key in file.keys()}
+        header = json.loads(file.metadata()["sklocus"])
+    edit(header)
+    header["sha256"] = sklocus._persistence._checksum(header["estimator"], arrays)
+    save_file(arrays, path, metadata={"sklocus": json.dumps(header)})
+
+
+class _RunsCode:
+    """Unpickling this creates a marker file: proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickle_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "model.sklocus"
+    path.write_bytes(pickle.dumps(_RunsCode(str(marker))))
+    with pytest.raises(ModelFileError, match=r"model.sklocus is not a sklocus model"):
+        sklocus.load(path)
+    assert not marker.exists()
+    # A joblib pickle saved under the right name is refused the same way.
+    joblib.dump(_RunsCode(str(marker)), path)
+    with pytest.raises(ModelFileError, match="not a sklocus model file"):
+        sklocus.load(path)
+    assert not marker.exists()
+
+
+def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "router.sklocus"
+    sklocus.save(fitted["router"], path)
+    payload = pickle.dumps(_RunsCode(str(marker))).hex()
+
+    def smuggle(header):
+        header["estimator"]["fitted"]["cost_"] = {"pickle": payload}
+
+    _rewrite(path, smuggle)
+    with pytest.raises(ModelFileError, match=r"cost_ holds 'pickle'"):
+        sklocus.load(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda h: h["estimator"].update({"class": "subprocess.Popen"}),
+            r"names class 'subprocess.Popen'; a sklocus model file holds only",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"]["embedder_"]["estimator"].update(
+                {"class": "Pipeline"}
+            ),
+            r"LocusRouter.embedder_ names class 'Pipeline'",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"].update({"embeddings_": "not an array"}),
+            r"embeddings_ is a str; expected ndarray",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"].update({"predict": 1}),
+            r"sets 'predict', which is not a LocusRouter attribute",
+        ),
+        (
+            lambda h: h["estimator"]["params"].update({"__class__": "x"}),
+            r"unknown parameters \['__class__'\]",
+        ),
+        (
+            lambda h: h["estimator"]["params"].update({"cost_weight": -1.0}),
+            r"invalid parameters: .*cost_weight",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"].pop("classes_"),
+            r"lacks fitted attributes \['classes_'\]",
+        ),
+        (
+            lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
+            r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
+            r"formats up to 1\. Load it with a newer sklocus",
+        ),
+    ],
+    ids=[
+        "foreign-class",
+        "foreign-nested-class",
+        "wrong-type",
+        "method-name",
+        "unknown-parameter",
+        "invalid-parameter",
+        "missing-attribute",
+        "newer-format",
+    ],
+)
+def test_a_tampered_description_is_refused(fitted, tmp_path, edit, message):
+    path = tmp_path / "router.sklocus"
+    sklocus.save(fitted["router"], path)
+    _rewrite(path, edit)
+    with pytest.raises(ModelFileError, match=message):
+        sklocus.load(path)
+
+
+def test_modified_weights_fail_the_checksum(fitted, tmp_path):
+    path = tmp_path / "embedder.sklocus"
+    sklocus.save(fitted["embedder"], path)
+    with safe_open(path, "np") as file:
+        arrays = {key: file.get_tensor(key) for key in file.keys()}
+        metadata = file.metadata()
+    arrays["LocusEmbedder.query_centroids_"] = (
+        arrays["LocusEmbedder.query_centroids_"] + 1
+    )
+    save_file(arrays, path, metadata=metadata)
+    with pytest.raises(ModelFileError, match="damaged or modified"):
+        sklocus.load(path)
+
+
+def test_an_extra_array_is_refused(fitted, tmp_path):
+    path = tmp_path / "selector.sklocus"
+    sklocus.save(fitted["kcenter"], path)
+    with safe_open(path, "np") as file:
+        arrays = {key: file.get_tensor(key) for key in file.keys()}
+        header = json.loads(file.metadata()["sklocus"])
+    arrays["hidden"] = np.zeros(3)
+    header["sha256"] = sklocus._persistence._checksum(header["estimator"], arrays)
+    save_file(arrays, path, metadata={"sklocus": json.dumps(header)})
+    with pytest.raises(
+        ModelFileError, match=r"arrays its description does not use \(hidden\)"
+    ):
+        sklocus.load(path)
+
+
+def test_damaged_and_foreign_files_are_refused_naming_the_file(fitted, tmp_path):
+    path = tmp_path / "model.sklocus"
+    sklocus.save(fitted["kmedoids"], path)
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(ModelFileError, match=r"model.sklocus is not a sklocus model"):
+        sklocus.load(path)
+    save_file({"w": np.zeros(2)}, path, metadata={"note": "someone else's"})
+    with pytest.raises(ModelFileError, match="safetensors file but not a sklocus"):
+        sklocus.load(path)
+    save_file({"w": np.zeros(2)}, path, metadata={"sklocus": "{not json"})
+    with pytest.raises(ModelFileError, match="damaged sklocus description"):
+        sklocus.load(path)
+    with pytest.raises(FileNotFoundError, match="no model file at"):
+        sklocus.load(tmp_path / "missing.sklocus")
+
+
+# -- what save refuses --------------------------------------------------------------
+
+
+def test_save_refuses_what_a_model_file_cannot_hold(data, tmp_path):
+    with pytest.raises(TypeError, match=r"LocusEmbedder.callbacks holds skorch"):
+        sklocus.save(LocusEmbedder(callbacks=[EpochTimer()]), tmp_path / "x")
+    with pytest.raises(TypeError, match=r"LocusRouter.embedder.callbacks holds"):
+        sklocus.save(
+            LocusRouter(LocusEmbedder(callbacks=[EpochTimer()])), tmp_path / "x"
+        )
+
+    class MyEncoder:
+        def get_params(self, deep=True):
+            return {}
+
+        def transform(self, queries):
+            return np.zeros((len(queries), 2))
+
+    with pytest.raises(TypeError, match=r"query_encoder is a MyEncoder; a sklocus"):
+        sklocus.save(LocusEmbedder(MyEncoder()), tmp_path / "x")
+    with pytest.raises(TypeError, match=r"random_state is a RandomState"):
+        sklocus.save(
+            KMedoidsSelector(random_state=np.random.RandomState(0)), tmp_path / "x"
+        )
+    assert not (tmp_path / "x").exists()
+    assert list(tmp_path.iterdir()) == []  # no partial file left behind
+
+
+# -- versions -------------------------------------------------------------------------
+
+
+def test_a_file_from_another_version_loads_with_a_warning(
+    fitted, tmp_path, monkeypatch
+):
+    path = tmp_path / "kcenter.sklocus"
+    monkeypatch.setattr(sklocus._persistence, "__version__", "0.0.9")
+    sklocus.save(fitted["kcenter"], path)
+    monkeypatch.undo()
+    with pytest.warns(
+        SklocusVersionWarning,
+        match=rf"saved by sklocus 0\.0\.9 and is loaded by sklocus {sklocus.__version__}",
+    ):
+        loaded = sklocus.load(path)
+    np.testing.assert_array_equal(
+        loaded.selected_indices_, fitted["kcenter"].selected_indices_
+    )
+
+
+def test_joblib_pickles_carry_the_version(fitted, tmp_path, monkeypatch):
+    path = tmp_path / "router.joblib"
+    monkeypatch.setattr(sklocus._versioning, "__version__", "0.0.9")
+    joblib.dump(fitted["router"], path)
+    monkeypatch.undo()
+    with pytest.warns(SklocusVersionWarning, match=r"sklocus 0\.0\.9 .* sklocus "):
+        joblib.load(path)
+    # The same version loads silently, nested estimators included.
+    joblib.dump(fitted["router"], path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        joblib.load(path)
