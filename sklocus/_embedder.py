@@ -431,7 +431,9 @@ class LocusEmbedder(
         self
         """
         self._check_params()
-        ragged = check_evaluation_sets(X)
+        # Training sees the sets in one order whatever order they came in, so the
+        # fitted model does not depend on it.
+        ragged = check_evaluation_sets(X).in_canonical_order()
         previous = self._warm_start_network()
         if previous is None:
             encoder = self.query_encoder
@@ -779,7 +781,8 @@ class LocusEmbedder(
         proper scoring rule: ``GridSearchCV`` and ``cross_val_score`` with the
         default scoring prefer the embedder whose probabilities fit unseen
         evaluations best, where thresholded accuracy ties settings that differ only
-        in calibration.
+        in calibration. :func:`sklocus.metrics.get_scorer` gives the Brier score,
+        ROC AUC and accuracy of the same predictions.
 
         Parameters
         ----------
@@ -794,8 +797,17 @@ class LocusEmbedder(
             Mean held-out log-likelihood per evaluation: at most 0, higher is better;
             ``log(0.5)``, about -0.693, is what predicting 0.5 everywhere earns.
         """
+        return correctness_log_likelihood(*self._correctness_pairs(X))
+
+    def _correctness_pairs(self, X, y=None):
+        """Held-out scores of ``X`` and their predicted probabilities (flat arrays).
+
+        What :meth:`score` and :func:`sklocus.metrics.get_scorer` measure: a fixed
+        quarter of each set is held out and predicted from the embedding of the rest.
+        """
         check_is_fitted(self, "net_")
-        ragged = check_evaluation_sets(X)
+        # The held-out quarter depends on the evaluations, not on their order.
+        ragged = check_evaluation_sets(X).in_canonical_order()
         vectors = self._encode(ragged.queries)
         kept_codes, kept_scores, held_codes, held_scores = [], [], [], []
         for i in range(ragged.n_sets):
@@ -824,9 +836,7 @@ class LocusEmbedder(
         )
         z = self._embed(kept, vectors)
         probabilities = self._predict_own(z, held_codes, vectors)
-        return correctness_log_likelihood(
-            np.concatenate(held_scores)[None], np.concatenate(probabilities)[None]
-        )
+        return np.concatenate(held_scores), np.concatenate(probabilities)
 
     def _predict_own(self, embeddings, codes_per_model, vectors):
         """Probabilities of each model on its own queries, as a list of arrays."""

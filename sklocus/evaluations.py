@@ -13,6 +13,7 @@ so every one of them rejects bad input with the same messages.
 
 from __future__ import annotations
 
+import hashlib
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,46 @@ class RaggedEvaluations:
     def set_scores(self, i: int) -> np.ndarray:
         """Scores of set ``i``, shape ``(n_i,)``."""
         return self.scores[self.offsets[i] : self.offsets[i + 1]]
+
+    def in_canonical_order(self) -> RaggedEvaluations:
+        """Return the same sets in an order that does not depend on the order given.
+
+        Queries are sorted by type name and ``repr``, each set's evaluations by
+        query, and the sets by their content (identical sets are interchangeable).
+        Training on the result makes a fit independent of the order of the sets
+        and of each set's evaluations. ``model_names`` are dropped: they follow no
+        set after reordering.
+        """
+        keys = [(type(query).__name__, repr(query)) for query in self.queries]
+        query_order = sorted(range(len(keys)), key=keys.__getitem__)
+        recode = np.empty(len(query_order), dtype=np.int64)
+        recode[query_order] = np.arange(len(query_order))
+        codes = recode[self.query_codes]
+        owner = np.repeat(np.arange(self.n_sets), self.sizes)
+        within = np.lexsort((codes, owner))
+        codes, scores = codes[within], self.scores[within]
+        offsets = self.offsets
+        digests = [
+            hashlib.sha256(
+                codes[offsets[i] : offsets[i + 1]].tobytes()
+                + scores[offsets[i] : offsets[i + 1]].tobytes()
+            ).digest()
+            for i in range(self.n_sets)
+        ]
+        set_order = sorted(range(self.n_sets), key=digests.__getitem__)
+        sizes = self.sizes[set_order]
+        new_offsets = np.zeros(self.n_sets + 1, dtype=np.int64)
+        np.cumsum(sizes, out=new_offsets[1:])
+        take = np.concatenate(
+            [np.arange(offsets[i], offsets[i + 1]) for i in set_order]
+            or [np.zeros(0, dtype=np.int64)]
+        )
+        return RaggedEvaluations(
+            queries=[self.queries[i] for i in query_order],
+            query_codes=codes[take],
+            scores=scores[take],
+            offsets=new_offsets,
+        )
 
     def to_dicts(self) -> list[dict]:
         """Return the sets as a list of ``{query: score}`` dicts."""
