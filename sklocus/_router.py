@@ -410,6 +410,18 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             weights = weights[observed]
         return float(np.average(picked[observed], weights=weights))
 
+    def _correctness_pairs(self, X, Y):
+        """Observed scores of Y and predicted probabilities, as two matrices.
+
+        What the scorers of :func:`sklocus.metrics.get_scorer` measure.
+        """
+        check_is_fitted(self, "embeddings_")
+        queries = as_query_list(X)
+        if Y is None:
+            raise ValueError("scoring a router's correctness needs Y, the scores")
+        scores, _ = _score_table(Y, queries, self.classes_)
+        return scores, self.predict_correctness(queries)
+
     # -- changing the pool ------------------------------------------------------
 
     def add_models(self, evaluation_sets, names, cost=None):

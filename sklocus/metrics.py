@@ -1,14 +1,23 @@
-"""Correctness and routing accuracy (METHOD.md, Metrics) and correctness log-likelihood.
+"""How well sklocus predicts correctness and routes queries.
 
 Score matrices are ``(n_models, n_queries)``, NaN where a model was not evaluated on
-a query; probabilities have the same shape.
+a query; probabilities have the same shape. :func:`get_scorer` turns the
+correctness measures into scorers for ``GridSearchCV`` and ``cross_val_score``.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from sklearn.metrics import roc_auc_score
 
-__all__ = ["correctness_accuracy", "correctness_log_likelihood", "routing_accuracy"]
+__all__ = [
+    "correctness_accuracy",
+    "correctness_brier_score",
+    "correctness_log_likelihood",
+    "correctness_roc_auc",
+    "get_scorer",
+    "routing_accuracy",
+]
 
 
 def _check_pair(scores, probabilities):
@@ -94,6 +103,134 @@ def correctness_log_likelihood(scores, probabilities):
     s, p = _observed_pairs(scores, probabilities, "the log-likelihood")
     p = np.clip(p, _EPS, 1 - _EPS)
     return float(np.mean(s * np.log(p) + (1 - s) * np.log1p(-p)))
+
+
+def correctness_brier_score(scores, probabilities):
+    """Mean squared difference between the observed scores and the probabilities.
+
+    A proper scoring rule like :func:`correctness_log_likelihood` but bounded: 0 is
+    perfect, lower is better, 0.25 is what predicting 0.5 everywhere earns.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores in [0, 1], NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from sklocus.metrics import correctness_brier_score
+    >>> float(correctness_brier_score([[1, 0, float("nan")]], [[0.5, 0.5, 0.1]]))
+    0.25
+    """
+    s, p = _observed_pairs(scores, probabilities, "the Brier score")
+    return float(np.mean((p - s) ** 2))
+
+
+def correctness_roc_auc(scores, probabilities):
+    """Area under the ROC curve of the probabilities against correct answers.
+
+    A correct answer is ``score >= 0.5``. It measures ranking only: how often a
+    correct (model, query) pair gets a higher probability than an incorrect one.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores in [0, 1], NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from sklocus.metrics import correctness_roc_auc
+    >>> correctness_roc_auc([[1, 0, 1]], [[0.9, 0.2, 0.1]])
+    0.5
+    """
+    s, p = _observed_pairs(scores, probabilities, "the ROC AUC")
+    correct = s >= 0.5
+    if correct.all() or not correct.any():
+        raise ValueError(
+            "every observed score is on one side of 0.5; the ROC AUC needs both "
+            "correct and incorrect answers"
+        )
+    return float(roc_auc_score(correct, p))
+
+
+# scikit-learn's scorer names, for the correctness measure each means here. Each
+# is "greater is better", as scikit-learn's scorers are.
+_SCORERS = {
+    "neg_log_loss": correctness_log_likelihood,
+    "neg_brier_score": lambda s, p: -correctness_brier_score(s, p),
+    "roc_auc": correctness_roc_auc,
+    "accuracy": correctness_accuracy,
+}
+
+
+class _CorrectnessScorer:
+    """Score an estimator by how well it predicts held-out or observed scores."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, estimator, X, y=None):
+        pairs = getattr(estimator, "_correctness_pairs", None)
+        if pairs is None:
+            raise TypeError(
+                f"the {self.name!r} scorer of sklocus.metrics scores a LocusEmbedder "
+                f"or a LocusRouter; got {type(estimator).__name__}"
+            )
+        return _SCORERS[self.name](*pairs(X, y))
+
+    def __repr__(self):
+        return f"sklocus.metrics.get_scorer({self.name!r})"
+
+
+def get_scorer(name):
+    """Return a scorer of predicted correctness, by a scikit-learn scorer name.
+
+    scikit-learn's own scorer strings need a 2-D ``X`` and labels ``y``, which
+    neither :class:`~sklocus.LocusEmbedder` nor :class:`~sklocus.LocusRouter`
+    takes; these scorers give the same names their meaning here. For a
+    ``LocusEmbedder`` they score the held-out quarter of each evaluation set, as
+    :meth:`LocusEmbedder.score <sklocus.LocusEmbedder.score>` does; for a
+    ``LocusRouter`` ``scorer(router, queries, Y)`` scores
+    ``predict_correctness(queries)`` against every observed score of ``Y``.
+
+    Parameters
+    ----------
+    name : {"neg_log_loss", "neg_brier_score", "roc_auc", "accuracy"}
+        ``"neg_log_loss"`` is :func:`correctness_log_likelihood` (the embedder's
+        default score), ``"neg_brier_score"`` minus :func:`correctness_brier_score`,
+        ``"roc_auc"`` :func:`correctness_roc_auc` and ``"accuracy"``
+        :func:`correctness_accuracy`. Greater is better for each.
+
+    Returns
+    -------
+    callable
+        ``scorer(estimator, X, y=None)``, for ``scoring=`` of ``GridSearchCV``,
+        ``cross_val_score`` or ``cross_validate`` (alone or in a dict).
+
+    Examples
+    --------
+    >>> from sklocus.metrics import get_scorer
+    >>> get_scorer("neg_brier_score")
+    sklocus.metrics.get_scorer('neg_brier_score')
+    """
+    if name not in _SCORERS:
+        raise ValueError(
+            f"unknown scorer {name!r}; sklocus.metrics.get_scorer knows "
+            f"{', '.join(map(repr, _SCORERS))}"
+        )
+    return _CorrectnessScorer(name)
 
 
 def routing_accuracy(scores, probabilities):
