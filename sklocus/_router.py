@@ -89,6 +89,14 @@ def _score_table(Y, queries, classes=None):
         raise ValueError(
             f"Y's columns {list(names)} are not the router's models {list(classes)}"
         )
+    bad = ~np.isnan(scores) & ~((scores >= 0) & (scores <= 1))
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        raise ValueError(
+            f"Y's score of model {shown(names[column])} on query "
+            f"{shown(queries[row])} is {scores[row, column]}; scores must be in "
+            "[0, 1], or NaN where unobserved"
+        )
     return scores, names
 
 
@@ -235,6 +243,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         queries = as_query_list(X)
         _check_distinct_queries(queries)
         scores, names = _score_table(Y, queries)
+        if not queries or not len(names):
+            raise ValueError(
+                f"got {len(queries)} queries and {len(names)} models (columns of Y); "
+                "fitting a router needs at least one of each"
+            )
         cost = _check_cost(cost, names)
         observed = ~np.isnan(scores)
         empty = ~observed.any(axis=0)

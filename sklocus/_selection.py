@@ -49,7 +49,14 @@ class _BaseSelector(
     """What every selector shares: input checks, assignment, predict, transform."""
 
     def _validate(self, X, reset):
-        return validate_data(self, X, reset=reset, dtype=np.float64)
+        try:
+            return validate_data(self, X, reset=reset, dtype=np.float64)
+        except (TypeError, ValueError) as error:
+            if "X" in str(error):  # scikit-learn's message names it already
+                raise
+            raise type(error)(
+                f"X, the embeddings, must be a 2-D array of numbers: {error}"
+            ) from None
 
     def _finish(self, X, selected):
         """Set the common fitted attributes from the chosen indices."""

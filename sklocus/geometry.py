@@ -48,7 +48,12 @@ def check_embeddings(embeddings, *, name="embeddings"):
     -------
     ndarray of shape (n_models, embedding_dim), dtype float64
     """
-    embeddings = np.asarray(embeddings, dtype=np.float64)
+    try:
+        embeddings = np.asarray(embeddings, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"{name} must be a 2-D array of numbers (n_models, embedding_dim): {error}"
+        ) from None
     if embeddings.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D array (n_models, embedding_dim); got shape "

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from sklearn.base import clone
 
 from sklocus import LocusEmbedder
 from sklocus.datasets import make_evaluations
@@ -111,3 +112,275 @@ def test_transform_is_permutation_invariant_batch_independent_and_type_blind(
     np.testing.assert_allclose(in_a_batch, alone, atol=1e-5)
     as_series = embedder.transform([pd.Series(evaluation_set)])
     np.testing.assert_array_equal(as_series, alone)
+
+
+# -- embeddings: geometry and selectors ------------------------------------------------
+
+FAST = settings(FUZZ, max_examples=40)
+
+numbers_or_junk = st.one_of(
+    st.floats(width=32),
+    st.integers(-3, 3),
+    st.sampled_from(["x", None, "1.5"]),
+)
+embeddings = st.one_of(
+    st.integers(0, 6).flatmap(
+        lambda n: st.integers(0, 3).flatmap(
+            lambda d: st.lists(
+                st.lists(st.floats(-4, 4, width=32), min_size=d, max_size=d),
+                min_size=n,
+                max_size=n,
+            )
+        )
+    ),
+    st.lists(st.lists(numbers_or_junk, max_size=3), max_size=4),
+    st.sampled_from(["abc", None, 3, [1.0, 2.0]]),
+)
+metrics = st.sampled_from(["cosine", "euclidean", "manhattan", None])
+# What a message must mention: the argument at fault.
+CULPRITS = (
+    "embeddings",
+    "X",
+    "metric",
+    "k=",
+    "threshold",
+    "n_clusters",
+    "n_selected",
+    "budget",
+    "cost",
+    "sample",
+    "feature",
+)
+
+
+def _refused_by_name(error):
+    message = str(error)
+    assert any(culprit in message for culprit in CULPRITS), message
+
+
+@FAST
+@given(embeddings, metrics, st.integers(-1, 7), st.floats(-1, 2))
+def test_geometry_works_or_names_the_culprit(Z, metric, k, threshold):
+    from sklocus.geometry import (
+        cluster_models,
+        find_duplicates,
+        model_distances,
+        nearest_models,
+    )
+
+    try:
+        distances = model_distances(Z, metric=metric)
+    except (TypeError, ValueError) as error:
+        _refused_by_name(error)
+        return
+    n = len(distances)
+    assert distances.shape == (n, n)
+    assert np.isfinite(distances).all() and (distances >= 0).all()
+    assert (np.diag(distances) == 0).all()
+    for call in (
+        lambda: nearest_models(Z, k=k, metric=metric),
+        lambda: find_duplicates(Z, threshold, metric=metric),
+        lambda: cluster_models(Z, n_clusters=k, metric=metric),
+    ):
+        try:
+            call()
+        except (TypeError, ValueError) as error:
+            _refused_by_name(error)
+
+
+@FAST
+@given(
+    embeddings,
+    metrics,
+    st.one_of(st.integers(-1, 8), st.floats(-1, 9), st.just(np.int64(2))),
+    st.one_of(st.none(), st.lists(st.floats(-1, 5), max_size=7)),
+)
+def test_selectors_work_or_name_the_culprit(Z, metric, size, cost):
+    from sklocus import CoverageGreedySelector, KCenterSelector, KMedoidsSelector
+
+    for selector, fit_args in (
+        (KCenterSelector(n_selected=size, metric=metric), {}),
+        (KMedoidsSelector(n_selected=size, metric=metric, random_state=0), {}),
+        (CoverageGreedySelector(budget=size, metric=metric), {"cost": cost}),
+    ):
+        try:
+            selector.fit(Z, **fit_args)
+        except (TypeError, ValueError) as error:
+            _refused_by_name(error)
+            continue
+        chosen = selector.selected_indices_
+        assert len(set(chosen.tolist())) == len(chosen)
+        assert ((0 <= chosen) & (chosen < len(selector.labels_))).all()
+        distances = selector.transform(Z)
+        assert distances.shape == (len(selector.labels_), len(chosen))
+        assert (selector.predict(Z) == selector.labels_).all()
+
+
+# -- long tables and matrices ------------------------------------------------------------
+
+cells = st.one_of(
+    st.sampled_from([0.0, 1.0, 0.5, float("nan"), 2.0, -1.0, "a", None, True])
+)
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["m1", "m2", 3, None, float("nan")]),
+            st.sampled_from(["q1", "q2", "q3", 7, None]),
+            cells,
+        ),
+        max_size=8,
+    ),
+    st.sampled_from(["error", "mean", "majority", "first"]),
+    st.one_of(st.none(), st.just("q1"), st.lists(st.sampled_from(["q1", "q3", 7]))),
+)
+def test_long_tables_and_matrices_work_or_name_the_culprit(rows, duplicates, queries):
+    from sklocus.evaluations import from_long, to_matrix
+
+    frame = pd.DataFrame(rows, columns=["model", "query", "score"])
+    try:
+        sets, names = from_long(frame, duplicates=duplicates)
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        assert any(
+            word in message
+            for word in ("model", "query", "score", "duplicates", "frame")
+        ), message
+        return
+    assert len(sets) == len(names) == frame["model"].nunique()
+    assert sum(len(s) for s in sets) == len(frame[["model", "query"]].drop_duplicates())
+    try:
+        matrix, columns = to_matrix(sets, queries=queries, model_names=names)
+    except (TypeError, ValueError) as error:
+        assert "queries" in str(error), str(error)
+        assert queries == "q1"  # a bare string is refused, lists are not
+        return
+    assert matrix.shape == (len(sets), len(columns))
+    for i, evaluation_set in enumerate(sets):
+        for j, query in enumerate(columns):
+            if query in evaluation_set:
+                assert matrix[i, j] == evaluation_set[query]
+            else:
+                assert np.isnan(matrix[i, j])
+
+
+# -- the router -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def router_and_data(embedder_and_data):
+    from sklocus import LocusRouter
+    from sklocus.evaluations import to_matrix
+
+    embedder, data = embedder_and_data
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    router = LocusRouter(embedder).fit(queries, Y)
+    return router, data, queries
+
+
+score_cells = st.sampled_from([0.0, 1.0, 0.5, float("nan"), float("nan"), 2.0, -1.0])
+
+
+@settings(FUZZ, max_examples=12)
+@given(st.data())
+def test_router_fit_works_or_names_the_culprit(router_and_data, draw):
+    router, data, queries = router_and_data
+    n_queries = draw.draw(st.integers(0, 6))
+    picked = draw.draw(
+        st.lists(
+            st.sampled_from([*queries[:10], "unknown", None]),
+            min_size=n_queries,
+            max_size=n_queries,
+        )
+    )
+    n_models = draw.draw(st.integers(0, 3))
+    Y = np.array(
+        draw.draw(
+            st.lists(
+                st.lists(score_cells, min_size=n_models, max_size=n_models),
+                min_size=n_queries,
+                max_size=n_queries,
+            )
+        ),
+        dtype=float,
+    ).reshape(n_queries, n_models)
+    names = draw.draw(
+        st.lists(st.sampled_from(["a", "b", "c"]), min_size=n_models, max_size=n_models)
+    )
+    try:
+        fitted = clone(router).fit(picked, pd.DataFrame(Y, columns=names))
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        assert any(w in message for w in ("query", "model", "Y", "score")), message
+        return
+    assert list(fitted.classes_) == names
+    assert fitted.predict(picked).shape == (n_queries,)
+
+
+@FAST
+@given(st.data())
+def test_router_predict_score_and_add_models_work_or_name_the_culprit(
+    router_and_data, draw
+):
+    router, data, queries = router_and_data
+    asked = draw.draw(
+        st.one_of(
+            st.lists(st.sampled_from([*queries[:20], "unknown", 5]), max_size=5),
+            st.sampled_from(["q00001", None, 3]),
+        )
+    )
+    try:
+        routes = router.predict(asked)
+    except (TypeError, ValueError) as error:
+        assert "quer" in str(error), str(error)
+    else:
+        assert set(routes.tolist()) <= set(router.classes_.tolist())
+        n = len(asked)
+        Y = np.array(
+            draw.draw(
+                st.lists(
+                    st.lists(score_cells, min_size=12, max_size=12),
+                    min_size=n,
+                    max_size=n,
+                )
+            ),
+            dtype=float,
+        ).reshape(n, 12)
+        weights = draw.draw(st.one_of(st.none(), st.lists(st.floats(0, 2), max_size=4)))
+        try:
+            value = router.score(
+                asked, pd.DataFrame(Y, columns=router.classes_), weights
+            )
+        except (TypeError, ValueError) as error:
+            message = str(error)
+            assert any(w in message for w in ("score", "Y", "sample_weight")), message
+        else:
+            assert 0 <= value <= 1
+    new_sets = draw.draw(st.lists(st.one_of(_evaluation_set(data), sets), max_size=2))
+    names = draw.draw(
+        st.one_of(
+            st.lists(
+                st.sampled_from(["new1", "new2", data.model_names[0]]), max_size=2
+            ),
+            st.just("xy"),
+        )
+    )
+    grown = clone(router)
+    grown.__dict__.update(router.__dict__)
+    try:
+        grown.add_models(new_sets, names)
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        assert any(w in message for w in ("model", "evaluation set", "names")), message
+        return
+    assert (
+        len(grown.classes_)
+        == len(router.classes_) + len(new_sets)
+        == len(grown.embeddings_)
+    )
+    np.testing.assert_array_equal(
+        grown.embeddings_[: len(router.classes_)], router.embeddings_
+    )

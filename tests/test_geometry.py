@@ -31,6 +31,7 @@ def test_nearest_models_excludes_self_and_sorts():
             "k=0 must be a positive integer",
         ),
         (lambda: model_distances(np.zeros(3)), "must be a 2-D array"),
+        (lambda: model_distances("abc"), "embeddings must be a 2-D array of numbers"),
         (lambda: model_distances([[0.0], [np.nan]]), "embeddings row 1 is not finite"),
         (
             lambda: model_distances(np.ones((2, 2)), metric="manhattan"),

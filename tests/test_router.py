@@ -289,7 +289,7 @@ def test_array_targets_number_the_models(problem):
         ("empty_model", ValueError, "model 'model-0003' has no observed score in Y"),
         ("negative_cost", ValueError, "model 'model-0002' has cost -1.0"),
         ("short_cost", ValueError, "give one number per model (16)"),
-        ("bad_score", ValueError, "(model 'model-0001') has score 2.0 for query"),
+        ("bad_score", ValueError, "Y's score of model 'model-0001' on query"),
     ],
 )
 def test_bad_fit_input_is_named(problem, change, error, message):
@@ -376,6 +376,15 @@ def test_sample_weight_of_the_wrong_size_is_named(router, problem):
     _, _, _, test, Y_test = problem
     with pytest.raises(ValueError, match=r"sample_weight has shape \(3,\); give one"):
         router.score(test, Y_test, sample_weight=[1.0, 2.0, 3.0])
+
+
+def test_score_refuses_scores_outside_zero_one(router, problem):
+    # Scores out of range once came back as a "routing accuracy" of 2.0.
+    _, _, _, test, Y_test = problem
+    Y_bad = Y_test.copy()
+    Y_bad.iloc[:, :] = Y_bad.iloc[:, :].where(Y_bad.isna(), 2.0)
+    with pytest.raises(ValueError, match=r"Y's score of model .* is 2.0; scores must"):
+        router.score(test, Y_bad)
 
 
 def test_add_models_refuses_a_bare_string_of_names(router, problem):
