@@ -25,7 +25,7 @@ from skorch.callbacks import Callback
 from sklocus import LocusEmbedder, PrecomputedEncoder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
-from sklocus.metrics import correctness_accuracy
+from sklocus.metrics import correctness_accuracy, correctness_log_likelihood
 
 TINY = dict(
     embedding_dim=16,
@@ -433,6 +433,48 @@ def test_grid_search_and_cross_val_score_over_models(data):
         cv=KFold(3, shuffle=True, random_state=0),
     )
     assert scores.shape == (3,) and (scores < 0).all()
+
+
+def _held_out_log_likelihood(embedder, sets):
+    """The documented held-out score, recomputed through the public API.
+
+    Each set in query order; a quarter of it, at positions drawn by a generator
+    seeded with the set's size, is predicted from the embedding of the rest.
+    """
+    truth, predicted = [], []
+    for evaluation_set in sets:
+        items = sorted(evaluation_set.items())
+        order = np.random.default_rng(len(items)).permutation(len(items))
+        n_held = max(1, round(0.25 * len(items)))
+        held = [items[i] for i in order[:n_held]]
+        kept = dict(items[i] for i in order[n_held:])
+        z = embedder.transform([kept])
+        predicted.append(embedder.predict_correctness(z, [q for q, _ in held])[0])
+        truth.append(np.array([s for _, s in held]))
+    return correctness_log_likelihood(
+        np.concatenate(truth)[None], np.concatenate(predicted)[None]
+    )
+
+
+def test_grid_search_prefers_the_better_held_out_log_likelihood(data):
+    # Thresholded accuracy once scored two settings exactly p and 1 - p.
+    base = LocusEmbedder(query_encoder=data.encoder, **{**TINY, "max_epochs": 2})
+    cv = KFold(3, shuffle=True, random_state=0)
+    grid = [2, 16]
+    search = GridSearchCV(base, {"n_latents": grid}, cv=cv).fit(data.evaluation_sets)
+    sets = data.evaluation_sets
+    recomputed = []
+    for n_latents in grid:
+        folds = []
+        for train, test in cv.split(sets):
+            fitted = clone(base).set_params(n_latents=n_latents)
+            fitted.fit([sets[i] for i in train])
+            folds.append(_held_out_log_likelihood(fitted, [sets[i] for i in test]))
+        recomputed.append(np.mean(folds))
+    scores = search.cv_results_["mean_test_score"]
+    np.testing.assert_allclose(scores, recomputed, atol=1e-5)
+    assert scores[0] != scores[1] and (scores < 0).all()
+    assert search.best_params_["n_latents"] == grid[int(np.argmax(recomputed))]
 
 
 # -- misuse and bad input ---------------------------------------------------------------

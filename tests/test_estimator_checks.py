@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from joblib import Parallel, delayed
 from sklearn.base import clone
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import NotFittedError, SkipTestWarning
 from sklearn.model_selection import KFold, cross_val_score
 from sklearn.utils import estimator_checks
 from sklearn.utils.estimator_checks import _yield_all_checks, check_estimator
@@ -316,9 +316,10 @@ def test_every_stock_check_is_replaced_run_or_explained(case, data):
     )
     assert not unaccounted, f"decide how to check {sorted(unaccounted)}"
     # What check_estimator itself runs passes, with the rest declared.
-    results = check_estimator(
-        estimator, expected_failed_checks=EXPECTED_FAILED_CHECKS, on_fail=None
-    )
+    with pytest.warns(SkipTestWarning, match="Can't test estimator"):
+        results = check_estimator(
+            estimator, expected_failed_checks=EXPECTED_FAILED_CHECKS, on_fail=None
+        )
     assert results and all(r["status"] != "failed" for r in results)
 
 

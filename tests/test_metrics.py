@@ -1,0 +1,102 @@
+"""Correctness measures and the scorers that carry scikit-learn's names."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.model_selection import KFold, cross_validate
+
+from sklocus import KCenterSelector, LocusEmbedder, LocusRouter
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+from sklocus.metrics import (
+    correctness_accuracy,
+    correctness_brier_score,
+    correctness_log_likelihood,
+    correctness_roc_auc,
+    get_scorer,
+)
+
+TINY = dict(
+    embedding_dim=8,
+    n_latents=4,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=8,
+    encoder_sizes=(8, 32),
+    max_epochs=1,
+    epoch_size=1,
+    random_state=0,
+)
+NAN = float("nan")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_evaluations(
+        n_models=12,
+        n_queries=120,
+        evals_per_model=(30, 80),
+        query_dim=8,
+        random_state=0,
+    )
+
+
+def test_brier_and_roc_auc_count_observed_pairs_only():
+    scores = [[1.0, 0.0, NAN], [0.0, 1.0, 1.0]]
+    probabilities = [[0.8, 0.4, 0.0], [0.1, 0.7, 0.3]]
+    expected = np.mean([0.2**2, 0.4**2, 0.1**2, 0.3**2, 0.7**2])
+    assert correctness_brier_score(scores, probabilities) == pytest.approx(expected)
+    # Correct pairs get 0.8, 0.7, 0.3; incorrect ones 0.4, 0.1: 5 of 6 orderings.
+    assert correctness_roc_auc(scores, probabilities) == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="on one side of 0.5"):
+        correctness_roc_auc([[1.0, 1.0]], [[0.2, 0.3]])
+    with pytest.raises(ValueError, match="no score is observed; the Brier score"):
+        correctness_brier_score([[NAN]], [[0.5]])
+
+
+def test_embedder_scorers_by_scikit_learn_names(data):
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY)
+    names = ("neg_log_loss", "neg_brier_score", "roc_auc", "accuracy")
+    cv = KFold(2, shuffle=True, random_state=0)
+    results = cross_validate(
+        embedder,
+        data.evaluation_sets,
+        cv=cv,
+        scoring={name: get_scorer(name) for name in names},
+    )
+    default = cross_validate(embedder, data.evaluation_sets, cv=cv)["test_score"]
+    # neg_log_loss is the default score: the held-out log-likelihood.
+    np.testing.assert_allclose(results["test_neg_log_loss"], default, rtol=1e-6)
+    assert (-1 <= results["test_neg_brier_score"]).all()
+    assert (results["test_neg_brier_score"] <= 0).all()
+    for name in ("roc_auc", "accuracy"):
+        assert ((0 <= results[f"test_{name}"]) & (results[f"test_{name}"] <= 1)).all()
+
+
+def test_router_scorers_compare_predictions_with_observed_scores(data):
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY))
+    router.fit(queries, Y)
+    predicted = router.predict_correctness(queries)
+    assert get_scorer("neg_brier_score")(router, queries, Y) == pytest.approx(
+        -correctness_brier_score(Y.to_numpy(), predicted)
+    )
+    assert get_scorer("neg_log_loss")(router, queries, Y) == pytest.approx(
+        correctness_log_likelihood(Y.to_numpy(), predicted)
+    )
+    assert get_scorer("accuracy")(router, queries, Y) == pytest.approx(
+        correctness_accuracy(Y.to_numpy(), predicted)
+    )
+    with pytest.raises(ValueError, match="needs Y"):
+        get_scorer("accuracy")(router, queries)
+
+
+def test_scorer_misuse_is_named():
+    with pytest.raises(
+        ValueError, match="unknown scorer 'f1'; .* knows 'neg_log_loss'"
+    ):
+        get_scorer("f1")
+    selector = KCenterSelector(n_selected=1).fit(np.eye(2))
+    with pytest.raises(TypeError, match="scores a LocusEmbedder or a LocusRouter"):
+        get_scorer("roc_auc")(selector, np.eye(2))
