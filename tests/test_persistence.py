@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
+from sklearn.base import clone
 from skorch.callbacks import EpochTimer
 
 import sklocus
@@ -409,3 +410,16 @@ def test_joblib_pickles_carry_the_version(fitted, tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         joblib.load(path)
+
+
+def test_a_loaded_embedder_can_be_fine_tuned(fitted, data, tmp_path):
+    sklocus.save(fitted["embedder"], tmp_path / "embedder")
+    loaded = sklocus.load(tmp_path / "embedder")
+    direct = clone(fitted["embedder"])
+    direct.__dict__.update(fitted["embedder"].__dict__)
+    sets = data.evaluation_sets[:8]
+    for embedder in (loaded, direct):
+        embedder.set_params(warm_start=True, max_epochs=1).fit(sets)
+    np.testing.assert_allclose(
+        loaded.transform(sets), direct.transform(sets), atol=1e-6
+    )
