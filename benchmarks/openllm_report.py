@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import shlex
-import subprocess
 
 import matplotlib
 import numpy as np
@@ -14,6 +13,7 @@ import pandas as pd
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 from openllm_transfer_report import keep_section  # noqa: E402
+from provenance import commit  # noqa: E402
 
 
 def _mean_spread(values):
@@ -191,7 +191,7 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
     lines = [
         "# Results on the Open LLM Leaderboard data",
         "",
-        f"Written by `{command}` at commit {_commit()} in "
+        f"Written by `{command}` at commit {commit()} in "
         f"{extra['seconds'] / 60:.0f} minutes on "
         f"{platform.machine()} with {os.cpu_count()} CPU cores; every figure below",
         "comes from that run. Protocol: benchmarks/openllm.py's docstring.",
@@ -369,17 +369,3 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
         ]
     old = path.read_text() if path.exists() else ""
     path.write_text(keep_section(old, "\n".join(lines) + "\n"))
-
-
-def _commit():
-    """The checked-out commit, marked when the tree has uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return f"{head}{' (with uncommitted changes)' if dirty else ''}" or "unknown"

@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -71,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import openllm_baselines as baselines  # noqa: E402
 from openllm import OpenLLM, draw_states  # noqa: E402
 from overrides import parse_overrides  # noqa: E402
+from provenance import commit as current_commit  # noqa: E402
 
 from sklocus import LocusEmbedder  # noqa: E402
 from sklocus.evaluations import subsample, to_matrix  # noqa: E402
@@ -81,18 +81,6 @@ USER_MODELS = 100
 FINETUNE_MODELS = 20
 SMALL_POOLS = (10, 20, 50, 100)
 REFINE = (50, 0.1)  # refine_steps, refine_penalty
-
-
-def _commit():
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 class Folds:
@@ -315,7 +303,7 @@ def run(arguments):
     finetune = parse_overrides(arguments.finetune)
     data = OpenLLM(arguments.data, arguments.encoder)
     folds = Folds(data, arguments.pools)
-    commit = _commit()
+    commit = current_commit()
     out = Path(arguments.out)
     for benchmark in arguments.folds:
         print(f"fold {benchmark}", flush=True)
