@@ -18,37 +18,20 @@ from sklearn.exceptions import NotFittedError, SkipTestWarning
 from sklearn.model_selection import KFold, cross_val_score
 from sklearn.utils import estimator_checks
 from sklearn.utils.estimator_checks import _yield_all_checks, check_estimator
+from tiny import TINY_NETWORK, TINY_POOL
 
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 
-TINY = dict(
-    embedding_dim=8,
-    n_latents=4,
-    n_layers=1,
-    n_heads=2,
-    predictor_hidden=8,
-    encoder_sizes=(8, 32),
-    max_epochs=1,
-    epoch_size=1,
-    random_state=0,
-)
-
 
 @pytest.fixture(scope="module")
 def data():
-    return make_evaluations(
-        n_models=10,
-        n_queries=120,
-        evals_per_model=(30, 80),
-        query_dim=8,
-        random_state=0,
-    )
+    return make_evaluations(**TINY_POOL)
 
 
 def _embedder_case(data):
-    estimator = LocusEmbedder(query_encoder=data.encoder, **TINY)
+    estimator = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     sets = data.evaluation_sets
     return estimator, (sets,), lambda fitted: fitted.transform(sets[:3])
 
@@ -56,7 +39,7 @@ def _embedder_case(data):
 def _router_case(data):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    estimator = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY))
+    estimator = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK))
     return estimator, (queries, Y), lambda fitted: fitted.predict_proba(queries[:5])
 
 
@@ -92,7 +75,7 @@ def test_feature_names_need_a_fit(data):
     with pytest.raises(NotFittedError):
         estimator.get_feature_names_out()
     names = estimator.fit(*fit_args).get_feature_names_out()
-    assert len(names) == TINY["embedding_dim"]
+    assert len(names) == TINY_NETWORK["embedding_dim"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
+from tiny import TINY_NETWORK, TINY_POOL
 
 from sklocus import LocusEmbedder
 from sklocus.datasets import make_evaluations
@@ -69,21 +70,9 @@ def test_evaluation_sets_are_accepted_or_refused_by_name(evaluation_sets):
 
 @pytest.fixture(scope="module")
 def embedder_and_data():
-    data = make_evaluations(
-        n_models=12, n_queries=80, evals_per_model=(20, 60), query_dim=8, random_state=0
-    )
-    embedder = LocusEmbedder(
-        query_encoder=data.encoder,
-        embedding_dim=8,
-        n_latents=4,
-        n_layers=1,
-        n_heads=2,
-        predictor_hidden=8,
-        encoder_sizes=(8, 32),
-        max_epochs=1,
-        epoch_size=1,
-        random_state=0,
-    ).fit(data.evaluation_sets)
+    data = make_evaluations(**TINY_POOL)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
+    embedder.fit(data.evaluation_sets)
     return embedder, data
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.model_selection import KFold, cross_validate
+from tiny import TINY_NETWORK
 
 from sklocus import KCenterSelector, LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
@@ -16,17 +17,6 @@ from sklocus.metrics import (
     get_scorer,
 )
 
-TINY = dict(
-    embedding_dim=8,
-    n_latents=4,
-    n_layers=1,
-    n_heads=2,
-    predictor_hidden=8,
-    encoder_sizes=(8, 32),
-    max_epochs=1,
-    epoch_size=1,
-    random_state=0,
-)
 NAN = float("nan")
 
 
@@ -55,7 +45,7 @@ def test_brier_and_roc_auc_count_observed_pairs_only():
 
 
 def test_embedder_scorers_by_scikit_learn_names(data):
-    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     names = ("neg_log_loss", "neg_brier_score", "roc_auc", "accuracy")
     cv = KFold(2, shuffle=True, random_state=0)
     results = cross_validate(
@@ -76,7 +66,7 @@ def test_embedder_scorers_by_scikit_learn_names(data):
 def test_router_scorers_compare_predictions_with_observed_scores(data):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY))
+    router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK))
     router.fit(queries, Y)
     predicted = router.predict_correctness(queries)
     assert get_scorer("neg_brier_score")(router, queries, Y) == pytest.approx(

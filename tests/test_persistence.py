@@ -15,6 +15,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from sklearn.base import clone
 from skorch.callbacks import EpochTimer
+from tiny import TINY_NETWORK, TINY_POOL
 
 import sklocus
 import sklocus._persistence
@@ -32,21 +33,9 @@ from sklocus.datasets import make_evaluations
 from sklocus.encoders import SentenceEncoder
 from sklocus.evaluations import to_matrix
 
-TINY = dict(
-    embedding_dim=8,
-    n_latents=4,
-    n_layers=1,
-    n_heads=2,
-    predictor_hidden=8,
-    encoder_sizes=(8, 32),
-    max_epochs=2,
-    epoch_size=1,
-    random_state=0,
-)
+TINY = {**TINY_NETWORK, "max_epochs": 2}
 # Rebuilt identically in the fresh processes below.
-DATA_ARGS = dict(
-    n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8, random_state=0
-)
+DATA_ARGS = TINY_POOL
 
 
 @pytest.fixture(scope="module")

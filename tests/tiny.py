@@ -1,0 +1,18 @@
+"""The smallest network and pool that exercise every code path, for quick tests."""
+
+# A LocusEmbedder that trains in about a second on TINY_POOL.
+TINY_NETWORK = dict(
+    embedding_dim=8,
+    n_latents=4,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=8,
+    encoder_sizes=(8, 32),
+    max_epochs=1,
+    epoch_size=1,
+    random_state=0,
+)
+# make_evaluations(**TINY_POOL): 12 models, 120 queries with 8-d vectors.
+TINY_POOL = dict(
+    n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8, random_state=0
+)
