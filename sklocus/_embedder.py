@@ -724,7 +724,13 @@ class LocusEmbedder(
     # -- prediction -------------------------------------------------------------
 
     def _check_embeddings(self, embeddings):
-        embeddings = np.asarray(embeddings, dtype=np.float32)
+        try:
+            embeddings = np.asarray(embeddings, dtype=np.float32)
+        except (TypeError, ValueError) as error:
+            raise type(error)(
+                f"embeddings must be an array of numbers (n_models, "
+                f"{self.embedding_dim}): {error}"
+            ) from None
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
             raise ValueError(
                 f"embeddings have shape {embeddings.shape}; this embedder makes "

@@ -373,3 +373,43 @@ def test_router_predict_score_and_add_models_work_or_name_the_culprit(
     np.testing.assert_array_equal(
         grown.embeddings_[: len(router.classes_)], router.embeddings_
     )
+
+
+# -- the embedder's other entry points ------------------------------------------------
+
+
+@FAST
+@given(st.data())
+def test_predict_correctness_and_subsample_work_or_name_the_culprit(
+    embedder_and_data, draw
+):
+    from sklocus.evaluations import subsample
+
+    embedder, data = embedder_and_data
+    Z = draw.draw(embeddings)
+    queries = draw.draw(
+        st.one_of(
+            st.lists(st.sampled_from([*data.query_ids[:5], "unknown", 3]), max_size=4),
+            st.sampled_from(["q00001", None, 7]),
+        )
+    )
+    try:
+        p = embedder.predict_correctness(Z, queries)
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        assert any(w in message for w in ("embeddings", "quer")), message
+    else:
+        assert p.shape == (len(Z), len(queries))
+        assert ((0 <= p) & (p <= 1)).all()
+    sets_drawn = draw.draw(st.lists(_evaluation_set(data), min_size=1, max_size=3))
+    n = draw.draw(st.one_of(st.integers(-1, 50), st.floats(0, 2), st.just("5")))
+    shared = draw.draw(st.booleans())
+    try:
+        drawn = subsample(sets_drawn, n, random_state=0, shared=shared)
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        assert any(w in message for w in ("n=", "n ", "evaluation set")), message
+        return
+    for original, smaller in zip(sets_drawn, drawn):
+        assert smaller.items() <= original.items()
+        assert len(smaller) == min(n, len(original)) or shared
