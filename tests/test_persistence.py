@@ -11,7 +11,9 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from safetensors import safe_open
+from safetensors import torch as safetensors_torch
 from safetensors.numpy import save_file
 from sklearn.base import clone
 from skorch.callbacks import EpochTimer
@@ -30,7 +32,7 @@ from sklocus import (
     SklocusVersionWarning,
 )
 from sklocus.datasets import make_evaluations
-from sklocus.encoders import SentenceEncoder
+from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import to_matrix
 
 TINY = {**TINY_NETWORK, "max_epochs": 2}
@@ -187,14 +189,34 @@ def test_a_saved_embedder_holds_only_what_inference_needs(fitted, tmp_path):
 # -- files that are refused -----------------------------------------------------------
 
 
-def _rewrite(path, edit):
-    """Rewrite a model file's description with ``edit``, keeping a valid checksum."""
+def _rewrite(path, edit, edit_arrays=None):
+    """Rewrite a model file with ``edit`` (and ``edit_arrays``), keeping a valid checksum."""
     with safe_open(path, "np") as file:
         arrays = {key: file.get_tensor(key) for key in file.keys()}
         header = json.loads(file.metadata()["sklocus"])
     edit(header)
+    if edit_arrays is not None:
+        edit_arrays(arrays)
     header["sha256"] = sklocus._persistence._checksum(header["estimator"], arrays)
     save_file(arrays, path, metadata={"sklocus": json.dumps(header)})
+
+
+def _network(header):
+    embedder = header["estimator"]["fitted"]["embedder_"]["estimator"]
+    return embedder["fitted"]["net_"]["network"]
+
+
+def _set_module_param(header, name, value):
+    for pair in _network(header)["module_params"]["dict"]:
+        if pair[0] == name:
+            pair[1] = value
+
+
+def _nested(depth):
+    node = 0
+    for _ in range(depth):
+        node = [node]
+    return node
 
 
 class _RunsCode:
@@ -251,7 +273,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         ),
         (
             lambda h: h["estimator"]["fitted"].update({"embeddings_": "not an array"}),
-            r"embeddings_ is a str; expected ndarray",
+            r"embeddings_ is a str; expected a 2-D array of dtype kind f",
         ),
         (
             lambda h: h["estimator"]["fitted"].update({"predict": 1}),
@@ -274,6 +296,58 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
             r"formats up to 1\. Load it with a newer sklocus",
         ),
+        (
+            lambda h: h["estimator"].update({"class": ["x"]}),
+            r"names class \['x'\]",
+        ),
+        (
+            lambda h: _network(h).update({"device": "meta"}),
+            r"net_ is not a valid network description",
+        ),
+        (
+            lambda h: h["estimator"]["params"].update({"cost_weight": {"device": "x"}}),
+            r"cost_weight holds a damaged 'device' value",
+        ),
+        (
+            lambda h: _set_module_param(h, "embedding_dim", 8000),
+            r"net_.* of shape .*; its network has float32 of shape",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"]["classes_"].update({"dtype": "<U1"}),
+            r"classes_ has labels of dtype '<U1'",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"]["classes_"].update({"dtype": "U3,O"}),
+            r"classes_ has labels of dtype 'U3,O'",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"]["embeddings_"].update({"evil": 1}),
+            r"embeddings_ holds 'array', which a model file may not hold",
+        ),
+        (
+            lambda h: h["estimator"]["params"].update({"cost_weight": float("nan")}),
+            r"damaged sklocus description .*NaN is not valid JSON",
+        ),
+        (
+            lambda h: h.update({"format_version": True}),
+            r"describes format 'sklocus-estimator' version True",
+        ),
+        (
+            lambda h: h["estimator"]["params"].update({"cost_weight": _nested(100)}),
+            r"damaged sklocus description .*nested deeper than 64",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"]["embedder_"]["estimator"].update(
+                {"fitted": {}}
+            ),
+            r"does not fit together: its embedder_ is not fitted",
+        ),
+        (
+            lambda h: h["estimator"]["params"].update(
+                {"cost_weight": h["estimator"]["fitted"]["embedder_"]}
+            ),
+            r"cost_weight holds an estimator, which it may not",
+        ),
     ],
     ids=[
         "foreign-class",
@@ -284,12 +358,62 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         "invalid-parameter",
         "missing-attribute",
         "newer-format",
+        "class-not-a-name",
+        "meta-device",
+        "bad-device-value",
+        "huge-network",
+        "labels-cut-short",
+        "labels-structured",
+        "extra-tag-key",
+        "nan-token",
+        "boolean-format-version",
+        "too-deep",
+        "unfitted-embedder",
+        "estimator-in-a-value",
     ],
 )
 def test_a_tampered_description_is_refused(fitted, tmp_path, edit, message):
     path = tmp_path / "router.sklocus"
     sklocus.save(fitted["router"], path)
     _rewrite(path, edit)
+    with pytest.raises(ModelFileError, match=message):
+        sklocus.load(path)
+
+
+@pytest.mark.parametrize(
+    "name, key, change, message",
+    [
+        (
+            "kcenter",
+            "KCenterSelector.selected_indices_",
+            lambda a: a.astype(np.float64),
+            r"selected_indices_ is a 1-D array of dtype float64; expected a 1-D "
+            r"array of dtype kind i or u",
+        ),
+        (
+            "kcenter",
+            "KCenterSelector.selected_indices_",
+            lambda a: a + 100,
+            r"does not fit together: selected_indices_ point outside the models",
+        ),
+        (
+            "embedder",
+            "LocusEmbedder.net_.encoder.layers.0.latents",
+            lambda a: a.astype(np.int8),
+            r"is int8 of shape .*; its network has float32",
+        ),
+    ],
+    ids=["float-indices", "indices-out-of-range", "integer-weights"],
+)
+def test_tampered_arrays_are_refused(fitted, tmp_path, name, key, change, message):
+    path = tmp_path / "model.sklocus"
+    sklocus.save(fitted[name], path)
+
+    def edit_arrays(arrays):
+        assert key in arrays, sorted(arrays)
+        arrays[key] = change(arrays[key])
+
+    _rewrite(path, lambda h: None, edit_arrays)
     with pytest.raises(ModelFileError, match=message):
         sklocus.load(path)
 
@@ -337,6 +461,12 @@ def test_damaged_and_foreign_files_are_refused_naming_the_file(fitted, tmp_path)
         sklocus.load(path)
     with pytest.raises(FileNotFoundError, match="no model file at"):
         sklocus.load(tmp_path / "missing.sklocus")
+    with pytest.raises(IsADirectoryError, match="is a folder, not a model file"):
+        sklocus.load(tmp_path)
+    # An ordinary bfloat16 checkpoint, which numpy cannot read.
+    safetensors_torch.save_file({"w": torch.zeros(2, dtype=torch.bfloat16)}, path)
+    with pytest.raises(ModelFileError, match="not a sklocus model file"):
+        sklocus.load(path)
 
 
 # -- what save refuses --------------------------------------------------------------
@@ -363,8 +493,47 @@ def test_save_refuses_what_a_model_file_cannot_hold(data, tmp_path):
         sklocus.save(
             KMedoidsSelector(random_state=np.random.RandomState(0)), tmp_path / "x"
         )
+    with pytest.raises(TypeError, match=r"queries is a Index.*Pass list\(\.\.\.\)"):
+        sklocus.save(
+            PrecomputedEncoder(pd.Index(["a"]), np.ones((1, 2))), tmp_path / "x"
+        )
+    with pytest.raises(TypeError, match=r"vectors is an array of dtype datetime64"):
+        dates = np.array([["2026-01-01"]], dtype="datetime64[D]")
+        sklocus.save(PrecomputedEncoder(["a"], dates), tmp_path / "x")
+    with pytest.raises(FileNotFoundError, match=r"no folder .*missing"):
+        sklocus.save(KCenterSelector(), tmp_path / "missing" / "x")
     assert not (tmp_path / "x").exists()
     assert list(tmp_path.iterdir()) == []  # no partial file left behind
+
+
+def test_values_round_trip_with_their_types(tmp_path):
+    texts = {np.int64(1): "one", np.int64(2): "two", ("a", 3): "pair"}
+    vectors = np.arange(4.0).reshape(2, 2).astype(">f8")  # big-endian
+    encoder = PrecomputedEncoder(["a", "b"], vectors)
+    sklocus.save(SentenceEncoder(texts=texts), tmp_path / "sentence")
+    sklocus.save(encoder, tmp_path / "precomputed")
+    loaded = sklocus.load(tmp_path / "sentence").texts
+    assert loaded == texts
+    assert [type(k) for k in loaded] == [np.int64, np.int64, tuple]
+    np.testing.assert_array_equal(
+        sklocus.load(tmp_path / "precomputed").vectors, vectors
+    )
+
+
+def test_a_saved_file_has_the_usual_permissions(fitted, tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "selector.sklocus"
+    previous = os.umask(0o022)
+    try:
+        sklocus.save(fitted["kcenter"], path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    path.chmod(0o640)
+    sklocus.save(fitted["kcenter"], path)  # replacing keeps the file's permissions
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 # -- versions -------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""What a model file may hold: the classes, and the type of each fitted attribute."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from skorch import NeuralNet
+
+from sklocus._embedder import LocusEmbedder
+from sklocus._router import LocusRouter
+from sklocus._selection import (
+    CoverageGreedySelector,
+    KCenterSelector,
+    KMedoidsSelector,
+)
+from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
+
+NONE = type(None)
+
+
+@dataclass(frozen=True)
+class Array:
+    """A numpy array of one of ``kinds`` (dtype kind letters) and ``ndim`` axes."""
+
+    kinds: str
+    ndim: int
+
+    def accepts(self, value):
+        return (
+            isinstance(value, np.ndarray)
+            and value.dtype.kind in self.kinds
+            and value.ndim == self.ndim
+        )
+
+    def __str__(self):
+        return f"a {self.ndim}-D array of dtype kind {' or '.join(self.kinds)}"
+
+
+FLOATS_2D = Array("f", 2)
+INDICES = Array("iu", 1)
+_SELECTED = {
+    "selected_indices_": INDICES,
+    "cluster_centers_": FLOATS_2D,
+    "labels_": INDICES,
+    "n_features_in_": int,
+}
+# Each class load rebuilds, with the type of each of its fitted attributes: a
+# Python type, a tuple of them, or an Array. A file naming any other class, or
+# holding another type, is refused.
+FITTED = {
+    LocusEmbedder: {
+        "query_encoder_": (SentenceEncoder, PrecomputedEncoder),
+        "query_dim_": int,
+        "device_": str,
+        "query_centroids_": FLOATS_2D,
+        "query_radius_": float,
+        "net_": NeuralNet,
+    },
+    LocusRouter: {
+        "embedder_": LocusEmbedder,
+        "embeddings_": FLOATS_2D,
+        "classes_": Array("iuOU", 1),
+        "cost_": (Array("f", 1), NONE),
+    },
+    KCenterSelector: {**_SELECTED, "radius_": float},
+    KMedoidsSelector: {**_SELECTED, "inertia_": float, "n_iter_": int},
+    CoverageGreedySelector: {**_SELECTED, "coverage_": float, "total_cost_": float},
+    SentenceEncoder: {},
+    PrecomputedEncoder: {},
+}
+# Fitted attributes that only some fits set (scikit-learn's, from a DataFrame).
+OPTIONAL = {"feature_names_in_": Array("OU", 1)}
+CLASSES = {cls.__name__: cls for cls in FITTED}
+# Parameters and attributes that hold an estimator, and the classes it may be.
+NESTED = {
+    "embedder": (LocusEmbedder, NONE),
+    "embedder_": (LocusEmbedder,),
+    "query_encoder": (SentenceEncoder, PrecomputedEncoder, str),
+    "query_encoder_": (SentenceEncoder, PrecomputedEncoder),
+}
+
+
+def accepts(kind, value):
+    """Whether ``value`` is of ``kind`` (a type, an Array or a tuple of them)."""
+    if isinstance(kind, tuple):
+        return any(accepts(k, value) for k in kind)
+    if isinstance(kind, Array):
+        return kind.accepts(value)
+    if kind is int and isinstance(value, bool):
+        return False
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return False
+    return isinstance(value, kind)
+
+
+def describe(kind):
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(
+        "None" if k is NONE else k.__name__ if isinstance(k, type) else str(k)
+        for k in kinds
+    )
+
+
+def inconsistency(estimator):
+    """Say what in a rebuilt fitted estimator does not fit together (or None)."""
+    if isinstance(estimator, LocusEmbedder):
+        width = estimator.net_.get_params()["module__query_dim"]
+        if width != estimator.query_dim_:
+            return f"its network reads {width}-d queries, not query_dim_"
+        if estimator.query_centroids_.shape[1] != estimator.query_dim_:
+            return "query_centroids_ do not have query_dim_ columns"
+    elif isinstance(estimator, LocusRouter):
+        if not hasattr(estimator.embedder_, "net_"):
+            return "its embedder_ is not fitted"
+        rows = len(estimator.classes_)
+        width = estimator.embedder_.net_.get_params()["module__embedding_dim"]
+        if estimator.embeddings_.shape != (rows, width):
+            return f"embeddings_ are not ({rows} models, {width})"
+        if estimator.cost_ is not None and len(estimator.cost_) != rows:
+            return "cost_ does not give one cost per model"
+    elif isinstance(
+        estimator, KCenterSelector | KMedoidsSelector | CoverageGreedySelector
+    ):
+        chosen, labels = estimator.selected_indices_, estimator.labels_
+        if estimator.cluster_centers_.shape != (len(chosen), estimator.n_features_in_):
+            return "cluster_centers_ do not match selected_indices_"
+        if len(chosen) and (chosen.min() < 0 or chosen.max() >= len(labels)):
+            return "selected_indices_ point outside the models"
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(chosen)):
+            return "labels_ point outside the selection"
+    return None
