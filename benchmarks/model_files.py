@@ -176,10 +176,18 @@ def main():
         "both versions; a model file in a newer format than this sklocus reads is "
         "refused with `sklocus.ModelFileError`.",
         "- A `SentenceEncoder` is stored by its settings (model name, batch size, "
-        "texts...): the machine that loads the file needs the same "
-        "sentence-transformers model. skorch callbacks are code, so `save` refuses "
-        "an estimator that holds them: `set_params(callbacks=None)` first (they act "
-        "only during `fit`). Custom query encoders need joblib.",
+        "texts, cache folder): the machine that loads the file needs the same "
+        "sentence-transformers model. Those settings come from the file, so one "
+        "from an untrusted source may name another model, which the first "
+        "`transform` loads (downloading it where the hub is reachable; "
+        "sentence-transformers refuses model code unless told to trust it), and "
+        "another cache folder: check `get_params()` or `set_params` your own. "
+        "skorch callbacks are code, so `save` refuses an estimator that holds "
+        "them: `set_params(callbacks=None)` first (they act only during `fit`). "
+        "Custom query encoders need joblib.",
+        "- The checksum detects damage and edits made without sklocus; it is not a "
+        "signature. Safety against a forged file comes from loading data only; to "
+        "know who made a file, sign it or ship it over a channel you trust.",
         "",
         "## What a fitted embedder weighs",
         "",
