@@ -25,6 +25,7 @@ import argparse
 import datetime
 import gc
 import io
+import os
 import pickle
 import tempfile
 import time
@@ -157,7 +158,7 @@ def main():
         f"`LocusEmbedder({settings})` with the precomputed "
         f"{args.encoder} encodings, fitted on every model of the Open LLM "
         f"Leaderboard data ({len(sets)} models, {n_evaluations:,} evaluations) "
-        f"in {fit_seconds / 60:.1f} min on this machine.",
+        f"in {fit_seconds / 60:.1f} min on {os.cpu_count()} CPU cores.",
         "",
         "## Saving and loading",
         "",
