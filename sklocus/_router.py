@@ -14,7 +14,7 @@ from sklocus._embedder import LocusEmbedder
 from sklocus._validation import as_item_list, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
-from sklocus.evaluations import check_evaluation_sets
+from sklocus.evaluations import _first_bad_score, check_evaluation_sets
 from sklocus.geometry import model_distances
 
 # predict and friends work through the queries in chunks of this many, so that
@@ -89,9 +89,11 @@ def _score_table(Y, queries, classes=None):
         raise ValueError(
             f"Y's columns {list(names)} are not the router's models {list(classes)}"
         )
-    bad = ~np.isnan(scores) & ~((scores >= 0) & (scores <= 1))
-    if bad.any():
-        row, column = np.argwhere(bad)[0]
+    flat = scores.ravel()
+    observed = np.flatnonzero(~np.isnan(flat))
+    bad = _first_bad_score(flat[observed])
+    if bad is not None:
+        row, column = divmod(int(observed[bad[0]]), scores.shape[1])
         raise ValueError(
             f"Y's score of model {shown(names[column])} on query "
             f"{shown(queries[row])} is {scores[row, column]}; scores must be in "
