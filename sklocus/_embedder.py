@@ -65,7 +65,13 @@ _ARCHITECTURE = (
 )
 # Parameters added since the first release, with the default that reproduces
 # what an embedder pickled before them did.
-_ADDED_PARAMETERS = {"refine_steps": 0, "refine_penalty": 0.1, "warm_start": False}
+_ADDED_PARAMETERS = {
+    "refine_steps": 0,
+    "refine_penalty": 0.1,
+    "warm_start": False,
+    "module": None,
+    "criterion": None,
+}
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 
@@ -113,17 +119,17 @@ def _noise_range(value):
     )
 
 
-def locus_network(module_params, device, **settings):
-    """Build the skorch network around :class:`LocusNetwork`.
+def locus_network(module_params, device, module=None, criterion=None, **settings):
+    """Build the skorch network around :class:`LocusNetwork` (or ``module``).
 
     ``fit`` builds it with its training settings; :func:`sklocus.load` rebuilds a
     fitted one from its ``module_params`` (``LocusNetwork``'s arguments) alone.
     """
     module_args = {f"module__{name}": value for name, value in module_params.items()}
     return NeuralNet(
-        module=LocusNetwork,
+        module=module or LocusNetwork,
         **module_args,
-        criterion=MaskedBCEWithLogitsLoss,
+        criterion=criterion or MaskedBCEWithLogitsLoss,
         optimizer=torch.optim.AdamW,
         predict_nonlinearity=None,
         device=device,
@@ -252,6 +258,18 @@ class LocusEmbedder(
         Weight of the squared distance to the forward-pass embedding against the
         summed log loss of the model's evaluations: the larger, the more
         evaluations it takes to move an embedding.
+    module : subclass of :class:`~sklocus.nn.LocusNetwork` or None, default=None
+        The network to train; ``None`` is ``LocusNetwork``. The seam for variants
+        of the architecture: a subclass takes ``LocusNetwork``'s arguments and
+        keeps its ``encoder`` and ``predictor``, which ``transform`` and
+        ``predict_correctness`` call (``forward`` is used in training only, so
+        it may return whatever ``criterion`` reads). An embedder with a custom
+        module is code, not data: ``sklocus.save`` refuses it, joblib keeps it.
+    criterion : torch loss class or None, default=None
+        Training loss, called as ``criterion()(module output, targets)`` with
+        NaN-padded targets of shape ``(batch, decoder_size)``; ``None`` is the
+        masked binary cross-entropy of :mod:`sklocus.nn.training`. Early stopping
+        monitors this loss. The same saving rule as ``module`` applies.
     warm_start : bool, default=False
         When ``True`` and the embedder is fitted, ``fit`` continues training the
         fitted network on the new evaluation sets (fine-tuning) instead of
@@ -323,6 +341,8 @@ class LocusEmbedder(
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left")],
         "refine_penalty": [Interval(numbers.Real, 0, None, closed="neither")],
         "warm_start": ["boolean"],
+        "module": [None, callable],
+        "criterion": [None, callable],
         "random_state": ["random_state"],
         "callbacks": [list, None],
         "verbose": ["verbose"],
@@ -356,6 +376,8 @@ class LocusEmbedder(
         refine_steps=0,
         refine_penalty=0.1,
         warm_start=False,
+        module=None,
+        criterion=None,
         random_state=None,
         callbacks=None,
         verbose=0,
@@ -385,6 +407,8 @@ class LocusEmbedder(
         self.refine_steps = refine_steps
         self.refine_penalty = refine_penalty
         self.warm_start = warm_start
+        self.module = module
+        self.criterion = criterion
         self.random_state = random_state
         self.callbacks = callbacks
         self.verbose = verbose
@@ -475,6 +499,13 @@ class LocusEmbedder(
         if not (self.warm_start and hasattr(self, "net_")):
             return None
         fitted = self.net_.get_params()
+        module = self.module or LocusNetwork
+        if type(self.net_.module_) is not module:
+            raise ValueError(
+                f"warm_start=True continues training the fitted network, a "
+                f"{type(self.net_.module_).__name__}; module={module.__name__} needs "
+                "a new network: set warm_start=False to fit one from scratch"
+            )
         for name in _ARCHITECTURE:
             was = fitted[f"module__{name}"]
             if getattr(self, name) != was:
@@ -528,6 +559,8 @@ class LocusEmbedder(
         return locus_network(
             dict(module_params, query_dim=vectors.shape[1], dropout=self.dropout),
             self.device_,
+            module=self.module,
+            criterion=self.criterion,
             lr=self.lr,
             optimizer__weight_decay=self.weight_decay,
             optimizer__param_groups=[("predictor.*", {"lr": self.predictor_lr})],

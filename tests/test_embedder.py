@@ -26,6 +26,7 @@ from sklocus import LocusEmbedder, PrecomputedEncoder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.metrics import correctness_accuracy, correctness_log_likelihood
+from sklocus.nn import LocusNetwork
 
 TINY = dict(
     embedding_dim=16,
@@ -766,3 +767,53 @@ def test_a_fitted_embedder_keeps_no_training_data(fitted, data):
     sets = data.evaluation_sets[:4]
     np.testing.assert_array_equal(loaded.transform(sets), fitted.transform(sets))
     assert len(loaded.history_) == len(fitted.history_) > 0
+
+
+# -- variants through the module and criterion parameters -------------------------------
+
+
+class _CountingNetwork(LocusNetwork):
+    """LocusNetwork that also returns its decoder codes in training."""
+
+    def forward(self, decoder_codes, **inputs):
+        return super().forward(decoder_codes=decoder_codes, **inputs), decoder_codes
+
+
+class _CodesAwareLoss(torch.nn.Module):
+    calls = 0
+
+    def forward(self, output, targets):
+        logits, codes = output
+        assert codes.shape == targets.shape
+        type(self).calls += 1
+        real = ~torch.isnan(targets)
+        return 2 * torch.nn.functional.binary_cross_entropy_with_logits(
+            logits[real], targets[real]
+        )
+
+
+def test_module_and_criterion_are_the_seam_for_variants(data):
+    plain = LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets)
+    variant = LocusEmbedder(
+        query_encoder=data.encoder,
+        module=_CountingNetwork,
+        criterion=_CodesAwareLoss,
+        **TINY,
+    ).fit(data.evaluation_sets)
+    assert type(variant.net_.module_) is _CountingNetwork
+    assert _CodesAwareLoss.calls > 0
+    # The same draws and weights: the doubled loss doubles the first epoch's figure.
+    first = plain.history_[0]["train_loss"], variant.history_[0]["train_loss"]
+    assert first[1] == pytest.approx(2 * first[0], rel=0.05)
+    # Inference goes through the encoder and predictor, not forward.
+    z = variant.transform(data.evaluation_sets[:4])
+    assert variant.predict_correctness(z, data.query_ids[:5]).shape == (4, 5)
+    assert clone(variant).get_params()["module"] is _CountingNetwork
+
+
+def test_warm_start_refuses_another_module(fitted, data):
+    import copy
+
+    embedder = copy.deepcopy(fitted).set_params(warm_start=True, module=_CountingNetwork)
+    with pytest.raises(ValueError, match=r"a LocusNetwork; module=_CountingNetwork"):
+        embedder.fit(data.evaluation_sets)

@@ -34,6 +34,7 @@ from sklocus import (
 from sklocus.datasets import make_evaluations
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import to_matrix
+from sklocus.nn import LocusNetwork
 
 TINY = {**TINY_NETWORK, "max_epochs": 2}
 # Rebuilt identically in the fresh processes below.
@@ -474,6 +475,11 @@ def test_save_refuses_what_a_model_file_cannot_hold(data, tmp_path):
         sklocus.save(
             LocusRouter(LocusEmbedder(callbacks=[EpochTimer()])), tmp_path / "x"
         )
+
+    with pytest.raises(TypeError, match=r"LocusEmbedder.module is .*LocusNetwork"):
+        sklocus.save(LocusEmbedder(module=LocusNetwork), tmp_path / "x")
+    with pytest.raises(TypeError, match=r"LocusEmbedder.criterion is .*BCELoss"):
+        sklocus.save(LocusEmbedder(criterion=torch.nn.BCELoss), tmp_path / "x")
 
     class MyEncoder:
         def get_params(self, deep=True):

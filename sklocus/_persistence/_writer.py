@@ -46,6 +46,13 @@ class Writer:
                 "set_params(callbacks=None) before saving, or use joblib for files "
                 "you trust."
             )
+        for name in ("module", "criterion"):
+            if getattr(estimator, name, None) is not None:
+                raise TypeError(
+                    f"{where}.{name} is {getattr(estimator, name)!r}, a custom class, "
+                    "which is code and not data, so a model file cannot store it. "
+                    "Use joblib for files you trust."
+                )
         params = estimator.get_params(deep=False)
         fitted = {
             name: value
