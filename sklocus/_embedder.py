@@ -52,6 +52,8 @@ _MAX_PAIRS = 1 << 20
 _PRECISIONS = ("float32", "bfloat16", "float16")
 # Clusters of training queries that query_novelty measures distances to.
 _QUERY_CLUSTERS = 32
+# Training models whose embeddings set embedding_scale_ (at most; chosen at random).
+_SCALE_MODELS = 1024
 # Adam's step size in test-time refinement (refine_steps).
 _REFINE_STEP_SIZE = 0.05
 # Parameters that shape the network: fine-tuning (warm_start) must keep them.
@@ -301,6 +303,15 @@ class LocusEmbedder(
         fine-tuned), read by ``query_novelty``.
     query_radius_ : float
         Distance from their centre within which 95% of the training queries lie.
+    embedding_scale_ : float
+        Median Euclidean distance between two training models' forward-pass
+        embeddings (of up to 1,024 of them), in the network's own units.
+        ``transform`` divides by it, so that in the embeddings it returns the
+        typical distance between two models is about 1 whatever the network
+        learnt, and a distance threshold means the same for every embedder
+        (``sklocus.geometry.find_duplicates``); ``predict_correctness`` multiplies
+        it back. A fixed number: embeddings do not change as models are added,
+        and fine-tuning (``warm_start``) keeps the units of the first fit.
 
     Examples
     --------
@@ -492,7 +503,29 @@ class LocusEmbedder(
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()
+        if previous is None:
+            # Fine-tuning keeps the units of the first fit.
+            self.embedding_scale_ = self._typical_distance(ragged, vectors, seed)
         return self
+
+    def _typical_distance(self, ragged, vectors, seed):
+        """Median distance between the forward-pass embeddings of training models."""
+        rng = np.random.default_rng((seed, 2))
+        chosen = np.sort(
+            rng.choice(ragged.n_sets, min(ragged.n_sets, _SCALE_MODELS), replace=False)
+        )
+        z = self._embed_raw(ragged.subset(chosen), vectors, refine=False)
+        z = z.astype(np.float64)
+        squared = (z**2).sum(axis=1)
+        first, second = np.triu_indices(len(z), k=1)
+        distances = np.sqrt(
+            np.maximum(
+                squared[first] + squared[second] - 2 * (z @ z.T)[first, second], 0.0
+            )
+        )
+        median = float(np.median(distances)) if len(distances) else 0.0
+        # A single training model, or all alike: nothing to measure, keep the units.
+        return median if median > 0 and np.isfinite(median) else 1.0
 
     def _warm_start_network(self):
         """Return the fitted network to continue training, or None to start afresh."""
@@ -584,6 +617,9 @@ class LocusEmbedder(
         super().__setstate__(state)
         net = self.__dict__.get("net_")
         if net is not None:
+            # Fitted before embedding_scale_ existed: embeddings in the network's
+            # own units, as they were.
+            self.__dict__.setdefault("embedding_scale_", 1.0)
             # skorch loads a network trained on a GPU onto the CPU where no GPU is
             # present (warning with a DeviceWarning); inference follows the network.
             self.device_ = str(net.device)
@@ -667,6 +703,12 @@ class LocusEmbedder(
         return _GPU_MAX_TOKENS
 
     def _embed(self, ragged, vectors):
+        """Embeddings as ``transform`` returns them (in units of embedding_scale_)."""
+        z = self._embed_raw(ragged, vectors)
+        return z / np.float32(self.embedding_scale_)
+
+    def _embed_raw(self, ragged, vectors, refine=True):
+        """Embeddings in the network's own units, refined if ``refine_steps``."""
         encoder = self.net_.module_.encoder
         device = self.device_
         out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
@@ -684,7 +726,7 @@ class LocusEmbedder(
                 codes = codes.to(device)
                 z = encoder.embed_projected(projected, codes, scores.to(device), mask)
                 out[batch] = z.float().cpu().numpy()
-        if self.refine_steps:
+        if refine and self.refine_steps:
             self._refine(ragged, vectors, out)
         return out
 
@@ -805,7 +847,8 @@ class LocusEmbedder(
             # Project the queries once, not once per chunk of models.
             u = predictor.project_query(torch.as_tensor(vectors, device=device))
             for start in range(0, len(embeddings), step):
-                z = torch.as_tensor(embeddings[start : start + step], device=device)
+                z = embeddings[start : start + step] * np.float32(self.embedding_scale_)
+                z = torch.as_tensor(z, device=device)
                 logits = predictor.pairwise_projected(z, u)
                 out[start : start + step] = torch.sigmoid(logits).float().cpu().numpy()
         return out
@@ -873,12 +916,15 @@ class LocusEmbedder(
             scores=np.concatenate(kept_scores),
             offsets=offsets,
         )
-        z = self._embed(kept, vectors)
+        z = self._embed_raw(kept, vectors)
         probabilities = self._predict_own(z, held_codes, vectors)
         return np.concatenate(held_scores), np.concatenate(probabilities)
 
     def _predict_own(self, embeddings, codes_per_model, vectors):
-        """Probabilities of each model on its own queries, as a list of arrays."""
+        """Probabilities of each model on its own queries, as a list of arrays.
+
+        ``embeddings`` are in the network's own units (``_embed_raw``).
+        """
         predictor = self.net_.module_.predictor
         device = self.device_
         sizes = np.array([len(codes) for codes in codes_per_model])

@@ -120,6 +120,25 @@ class RaggedEvaluations:
             offsets=new_offsets,
         )
 
+    def subset(self, indices) -> RaggedEvaluations:
+        """Return the sets ``indices`` (in that order), over the same ``queries``."""
+        indices = np.asarray(indices, dtype=np.int64)
+        sizes = self.sizes[indices]
+        offsets = np.zeros(len(indices) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        take = np.concatenate(
+            [np.arange(self.offsets[i], self.offsets[i + 1]) for i in indices]
+            or [np.zeros(0, dtype=np.int64)]
+        )
+        names = self.model_names
+        return RaggedEvaluations(
+            queries=self.queries,
+            query_codes=self.query_codes[take],
+            scores=self.scores[take],
+            offsets=offsets,
+            model_names=None if names is None else [names[i] for i in indices],
+        )
+
     def to_dicts(self) -> list[dict]:
         """Return the sets as a list of ``{query: score}`` dicts."""
         return [

@@ -295,7 +295,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         (
             lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
-            r"formats up to 1\. Load it with a newer sklocus",
+            r"formats up to 2\. Load it with a newer sklocus",
         ),
         (
             lambda h: h["estimator"].update({"class": ["x"]}),
@@ -581,4 +581,27 @@ def test_a_loaded_embedder_can_be_fine_tuned(fitted, data, tmp_path):
         embedder.set_params(warm_start=True, max_epochs=1).fit(sets)
     np.testing.assert_allclose(
         loaded.transform(sets), direct.transform(sets), atol=1e-6
+    )
+
+
+def test_a_format_1_file_loads_in_the_network_units_it_had(fitted, data, tmp_path):
+    """Format 1 had no embedding_scale_: its embedder loads with 1.0, as it was."""
+    path = tmp_path / "router.sklocus"
+    sklocus.save(fitted["router"], path)
+
+    def to_format_1(header):
+        header["format_version"] = 1
+        embedder = header["estimator"]["fitted"]["embedder_"]["estimator"]
+        del embedder["fitted"]["embedding_scale_"]
+
+    _rewrite(path, to_format_1)
+    loaded = sklocus.load(path).embedder_
+    original = fitted["router"].embedder_
+    assert loaded.embedding_scale_ == 1.0 != original.embedding_scale_
+    sets = data.evaluation_sets[:4]
+    np.testing.assert_allclose(
+        loaded.transform(sets),
+        original.transform(sets) * original.embedding_scale_,
+        rtol=1e-5,
+        atol=1e-6,
     )

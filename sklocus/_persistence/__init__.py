@@ -40,7 +40,8 @@ __all__ = ["ModelFileError", "load", "save"]
 
 _FORMAT = "sklocus-estimator"
 # Bump when a file written now could not be read by an older sklocus.
-_FORMAT_VERSION = 1
+# 2: LocusEmbedder.embedding_scale_ (files of format 1 load with 1.0).
+_FORMAT_VERSION = 2
 _METADATA_KEY = "sklocus"
 # Deeper descriptions are refused before anything recurses into them.
 _MAX_DEPTH = 64

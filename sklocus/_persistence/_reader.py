@@ -13,6 +13,7 @@ from skorch.history import History
 
 from sklocus._embedder import LocusEmbedder, locus_network, release_training_state
 from sklocus._persistence._schema import (
+    ADDED,
     CLASSES,
     FITTED,
     NESTED,
@@ -119,7 +120,8 @@ class Reader:
     def set_fitted(self, estimator, fitted, where):
         cls = type(estimator)
         expected = FITTED[cls]
-        missing = expected.keys() - fitted.keys()
+        added = ADDED.get(cls, {})
+        missing = expected.keys() - fitted.keys() - added.keys()
         if missing:
             raise self.refuse(
                 f"{where} ({cls.__name__}) lacks fitted attributes {sorted(missing)}"
@@ -139,6 +141,8 @@ class Reader:
                     f"{describe(kind)}"
                 )
             vars(estimator)[name] = value
+        for name, default in added.items():
+            vars(estimator).setdefault(name, default)
         if isinstance(estimator, LocusEmbedder):
             # Inference runs where the network is (the CPU when saved on a GPU
             # and loaded where none is).

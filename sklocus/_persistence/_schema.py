@@ -55,6 +55,7 @@ FITTED = {
         "device_": str,
         "query_centroids_": FLOATS_2D,
         "query_radius_": float,
+        "embedding_scale_": float,
         "net_": NeuralNet,
     },
     LocusRouter: {
@@ -69,6 +70,9 @@ FITTED = {
     SentenceEncoder: {},
     PrecomputedEncoder: {},
 }
+# Fitted attributes that files of an older format lack, with the value that
+# reproduces what those files did.
+ADDED = {LocusEmbedder: {"embedding_scale_": 1.0}}
 # Fitted attributes that only some fits set (scikit-learn's, from a DataFrame).
 OPTIONAL = {"feature_names_in_": Array("OU", 1)}
 CLASSES = {cls.__name__: cls for cls in FITTED}
