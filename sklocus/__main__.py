@@ -116,7 +116,8 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=4, seed=0, out=sys.s
         say(f"  {name:30}{shown:>12}{routing_accuracy(scores, predicted):>10.3f}")
     say(
         "",
-        "Nearest neighbours of a few new models (cosine distance; ground truth in []):",
+        "Nearest neighbours of a few new models (distance, 1 = a typical pair; "
+        "ground truth in []):",
     )
     neighbours, distances = nearest_models(embedder.transform(train_sets), k=3)
     shown = [i for i in new if data.duplicate_of[i] >= 0][:2]

@@ -507,7 +507,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             self.cost_ = self.cost_[kept]
         return self
 
-    def substitutes(self, name, k=5, *, metric="cosine"):
+    def substitutes(self, name, k=5, *, metric="euclidean"):
         """List the models nearest to ``name`` in embedding space, its substitutes.
 
         Parameters
@@ -516,7 +516,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             One of ``classes_``.
         k : int, default=5
             How many.
-        metric : {"cosine", "euclidean"}, default="cosine"
+        metric : {"euclidean", "cosine"}, default="euclidean"
 
         Returns
         -------

@@ -122,7 +122,7 @@ class KCenterSelector(_BaseSelector):
     n_selected : int, default=15
         Models to choose. With as many models as that or fewer, every model is
         chosen (and ``radius_`` is 0).
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
 
     Attributes
     ----------
@@ -149,7 +149,7 @@ class KCenterSelector(_BaseSelector):
         "metric": [StrOptions(set(METRICS))],
     }
 
-    def __init__(self, n_selected=15, *, metric="cosine"):
+    def __init__(self, n_selected=15, *, metric="euclidean"):
         self.n_selected = n_selected
         self.metric = metric
 
@@ -201,7 +201,7 @@ class KMedoidsSelector(_BaseSelector):
     n_selected : int, default=15
         Medoids to choose. With as many models as that or fewer, every model is
         chosen (and ``inertia_`` is 0).
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
     init : {"build", "random", "first", "k-medoids++"}, default="build"
         Initialisation of FasterPAM (``"build"`` is deterministic).
     max_iter : int, default=100
@@ -242,7 +242,7 @@ class KMedoidsSelector(_BaseSelector):
         self,
         n_selected=15,
         *,
-        metric="cosine",
+        metric="euclidean",
         init="build",
         max_iter=100,
         random_state=None,
@@ -325,7 +325,7 @@ class CoverageGreedySelector(_BaseSelector):
     budget : float
         Largest total cost of the selection. With no ``cost``, every model costs 1
         and the budget is a number of models.
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
 
     Attributes
     ----------
@@ -354,7 +354,7 @@ class CoverageGreedySelector(_BaseSelector):
         "metric": [StrOptions(set(METRICS))],
     }
 
-    def __init__(self, budget=15, *, metric="cosine"):
+    def __init__(self, budget=15, *, metric="euclidean"):
         self.budget = budget
         self.metric = metric
 

@@ -2,7 +2,16 @@
 
 Every function takes embeddings of shape ``(n_models, embedding_dim)``, as made by
 :meth:`LocusEmbedder.transform <sklocus.LocusEmbedder.transform>`, and a ``metric``,
-``"cosine"`` or ``"euclidean"``.
+``"euclidean"`` (the default) or ``"cosine"``.
+
+``LocusEmbedder`` returns embeddings in units of the median distance between two of
+its training models (``embedding_scale_``), so a Euclidean distance reads the same
+for every embedder: 1 is a typical pair, and 1e-4 is a pair that behaves alike on
+everything the embedder can tell apart. The thresholds of :func:`find_duplicates`
+and :func:`stable_duplicates` default to values measured in those units on the
+Open LLM Leaderboard data (docs/results.md). Cosine distance ignores the norm and
+measures angles from the origin, which every embedding shares a direction away
+from; it ranks pairs about as well on that data, but has no such unit.
 """
 
 from __future__ import annotations
@@ -32,7 +41,10 @@ __all__ = [
     "stable_duplicates",
 ]
 
-METRICS = ("cosine", "euclidean")
+METRICS = ("euclidean", "cosine")
+# Default thresholds, in units of LocusEmbedder.embedding_scale_ (Euclidean).
+DUPLICATE_THRESHOLD = 1e-4
+STABLE_DUPLICATE_THRESHOLD = 3e-4
 
 
 def check_embeddings(embeddings, *, name="embeddings"):
@@ -65,13 +77,20 @@ def check_embeddings(embeddings, *, name="embeddings"):
     return embeddings
 
 
+def _unit(embeddings):
+    """Rows scaled to length 1 in float64 (all-zero rows become NaN)."""
+    rows = np.asarray(embeddings, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
 def _check_metric(metric):
     if metric not in METRICS:
         raise ValueError(f"metric={metric!r} is not one of {METRICS}")
     return metric
 
 
-def model_distances(embeddings, other=None, *, metric="cosine"):
+def model_distances(embeddings, other=None, *, metric="euclidean"):
     """Distances between models.
 
     Parameters
@@ -79,10 +98,12 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
     embeddings : array-like of shape (n_models, embedding_dim)
     other : array-like of shape (n_other, embedding_dim), default=None
         Distances to these models; by default among ``embeddings`` themselves.
-    metric : {"cosine", "euclidean"}, default="cosine"
-        Cosine distance is ``1 - cos(angle)``, in [0, 2]; an all-zero embedding is
-        at cosine distance 1 from every other model, as in scikit-learn, and 0 from
-        itself.
+    metric : {"euclidean", "cosine"}, default="euclidean"
+        Cosine distance is ``1 - cos(angle)``, in [0, 2], computed as half the
+        squared distance between the unit vectors (in float64), so that close
+        pairs keep their relative precision instead of drowning in the rounding
+        of ``1 - cos``; an all-zero embedding is at cosine distance 1 from every
+        other model, as in scikit-learn, and 0 from itself.
 
     Returns
     -------
@@ -102,10 +123,14 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
             f"other has width {other.shape[1]} but embeddings have width "
             f"{embeddings.shape[1]}"
         )
-    # cdist computes each distance directly: identical models get exactly 0, which
-    # the faster dot-product expansion of scikit-learn does not promise, and
-    # near-duplicates live at distances of 1e-5.
-    distances = cdist(embeddings, other, metric=_check_metric(metric))
+    # cdist computes each distance from the difference of the two vectors:
+    # identical models get exactly 0, which the faster dot-product expansion of
+    # scikit-learn does not promise, and near-duplicates, at 1e-4 of a typical
+    # distance, keep their digits.
+    if _check_metric(metric) == "euclidean":
+        distances = cdist(embeddings, other, metric="euclidean")
+    else:
+        distances = 0.5 * cdist(_unit(embeddings), _unit(other), metric="sqeuclidean")
     distances = np.nan_to_num(np.maximum(distances, 0.0), nan=1.0)
     if other is embeddings:
         # An all-zero embedding is at cosine distance 1 from the others, not from
@@ -114,7 +139,7 @@ def model_distances(embeddings, other=None, *, metric="cosine"):
     return distances
 
 
-def nearest_models(embeddings, k=5, *, metric="cosine"):
+def nearest_models(embeddings, k=5, *, metric="euclidean"):
     """Each model's ``k`` nearest other models.
 
     Parameters
@@ -122,7 +147,7 @@ def nearest_models(embeddings, k=5, *, metric="cosine"):
     embeddings : array-like of shape (n_models, embedding_dim)
     k : int, default=5
         Neighbours per model; at most ``n_models - 1``.
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
 
     Returns
     -------
@@ -165,21 +190,34 @@ def _close_pairs(distances, threshold):
     )
 
 
-def _check_threshold(threshold):
+def _check_threshold(threshold, metric="euclidean", default=None):
+    if threshold is None and default is not None:
+        if metric != "euclidean":
+            raise ValueError(
+                f"threshold=None has a default for metric='euclidean' only; give a "
+                f"threshold for metric={metric!r}"
+            )
+        return default
     if not isinstance(threshold, numbers.Real) or not threshold > 0:
         raise ValueError(f"threshold={threshold!r} must be a positive number")
     return float(threshold)
 
 
-def find_duplicates(embeddings, threshold, *, metric="cosine"):
+def find_duplicates(embeddings, threshold=None, *, metric="euclidean"):
     """Pairs of models whose embeddings nearly coincide.
 
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)
-    threshold : float
-        Pairs closer than this are reported.
-    metric : {"cosine", "euclidean"}, default="cosine"
+    threshold : float or None, default=None
+        Pairs closer than this are reported. ``None`` is 1e-4 for the Euclidean
+        metric, in the units of ``LocusEmbedder`` embeddings (the median distance
+        between two training models is 1). On the 5,949 Open LLM Leaderboard
+        models it flags every pair whose train-query evaluations are identical
+        and few others, mostly models that answer alike (docs/results.md); for
+        looser near-duplicates raise it, watching how far the flagged pairs'
+        scores differ. The cosine metric needs an explicit threshold.
+    metric : {"euclidean", "cosine"}, default="euclidean"
 
     Returns
     -------
@@ -190,11 +228,11 @@ def find_duplicates(embeddings, threshold, *, metric="cosine"):
     Examples
     --------
     >>> from sklocus.geometry import find_duplicates
-    >>> find_duplicates([[0, 0], [0, 0.001], [1, 0]], 0.01, metric="euclidean")
+    >>> find_duplicates([[0, 0], [0, 0.00005], [1, 0]])
        first  second  distance
-    0      0       1     0.001
+    0      0       1   0.00005
     """
-    threshold = _check_threshold(threshold)
+    threshold = _check_threshold(threshold, metric, DUPLICATE_THRESHOLD)
     return _close_pairs(model_distances(embeddings, metric=metric), threshold)
 
 
@@ -204,8 +242,8 @@ def stable_duplicates(
     n_evals,
     *,
     n_resamples=5,
-    threshold=0.01,
-    metric="cosine",
+    threshold=None,
+    metric="euclidean",
     random_state=None,
 ):
     """Pairs that stay near-duplicates across resampled evaluation subsets.
@@ -226,9 +264,12 @@ def stable_duplicates(
         Evaluations per model in each resample (a smaller set is used whole).
     n_resamples : int, default=5
         Independent resamples.
-    threshold : float, default=0.01
-        Largest distance of a duplicate pair, in every resample.
-    metric : {"cosine", "euclidean"}, default="cosine"
+    threshold : float or None, default=None
+        Largest distance of a duplicate pair, in every resample. ``None`` is 3e-4
+        for the Euclidean metric (in the units of ``LocusEmbedder`` embeddings;
+        measured with ``n_evals=128`` on the Open LLM Leaderboard data,
+        docs/results.md); the cosine metric needs an explicit threshold.
+    metric : {"euclidean", "cosine"}, default="euclidean"
     random_state : int, RandomState instance or None, default=None
         Seeds the resampling.
 
@@ -238,7 +279,7 @@ def stable_duplicates(
         Columns ``first``, ``second`` and ``distance`` (the largest over the
         resamples), closest pair first.
     """
-    threshold = _check_threshold(threshold)
+    threshold = _check_threshold(threshold, metric, STABLE_DUPLICATE_THRESHOLD)
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, numbers.Integral):
         raise ValueError(f"n_resamples={n_resamples!r} must be a positive integer")
     if n_resamples < 1:
@@ -253,7 +294,7 @@ def stable_duplicates(
 
 
 def cluster_models(
-    embeddings, n_clusters=None, *, distance_threshold=None, metric="cosine"
+    embeddings, n_clusters=None, *, distance_threshold=None, metric="euclidean"
 ):
     """Hierarchical clustering of models (average linkage), e.g. into families.
 
@@ -266,7 +307,7 @@ def cluster_models(
         Number of clusters to cut the tree into.
     distance_threshold : float, default=None
         Cut the tree where clusters are farther apart than this (average distance).
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
 
     Returns
     -------
@@ -385,7 +426,7 @@ def search_by_profile(
     k=10,
     *,
     n=128,
-    metric="cosine",
+    metric="euclidean",
     random_state=None,
 ):
     """Find the real models nearest to a desired capability profile.
@@ -406,7 +447,7 @@ def search_by_profile(
         How many models to return.
     n : int, default=128
         Evaluations in the synthetic set.
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
     random_state : int, RandomState instance or None, default=None
 
     Returns
@@ -425,7 +466,7 @@ def search_by_profile(
     return order, distances[order]
 
 
-def disagreement_correlation(embeddings, score_matrix, *, metric="cosine"):
+def disagreement_correlation(embeddings, score_matrix, *, metric="euclidean"):
     """How well embedding distance tracks behavioural disagreement between models.
 
     For every pair of models with at least one query observed for both, the rate
@@ -438,7 +479,7 @@ def disagreement_correlation(embeddings, score_matrix, *, metric="cosine"):
     score_matrix : array-like of shape (n_models, n_queries)
         Observed scores, NaN where unobserved (see
         :func:`sklocus.evaluations.to_matrix`).
-    metric : {"cosine", "euclidean"}, default="cosine"
+    metric : {"euclidean", "cosine"}, default="euclidean"
 
     Returns
     -------

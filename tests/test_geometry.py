@@ -6,10 +6,27 @@ from sklocus.geometry import model_distances, nearest_models
 
 def test_model_distances_cosine_and_euclidean():
     embeddings = np.array([[1.0, 0.0], [0.0, 2.0], [2.0, 0.0]])
-    cosine = model_distances(embeddings)
+    cosine = model_distances(embeddings, metric="cosine")
     np.testing.assert_allclose(cosine, [[0, 1, 0], [1, 0, 1], [0, 1, 0]], atol=1e-12)
-    euclidean = model_distances(embeddings, embeddings[:1], metric="euclidean")
+    euclidean = model_distances(embeddings, embeddings[:1])  # the default
     np.testing.assert_allclose(euclidean.ravel(), [0, np.sqrt(5), 1])
+
+
+def test_cosine_distance_keeps_its_digits_for_close_pairs():
+    # Embeddings sharing a large common direction, as trained ones do: 1 - cos in
+    # float32 would round these distances (about 1e-10) to 0 or to noise.
+    rng = np.random.default_rng(0)
+    common = np.full(64, 3.0)
+    z = (common + 1e-4 * rng.normal(size=(5, 64))).astype(np.float32)
+    distances = model_distances(z, metric="cosine")
+    unit = z.astype(np.float64) / np.linalg.norm(z.astype(np.float64), axis=1)[:, None]
+    exact = 1 - np.clip(unit @ unit.T, -1, 1)
+    off = ~np.eye(5, dtype=bool)
+    assert (distances[off] > 0).all()
+    np.testing.assert_allclose(distances[off], exact[off], rtol=1e-3)
+    # Order of the pairs follows the angles between them.
+    angles = np.arccos(np.clip(unit @ unit.T, -1, 1))
+    assert (np.argsort(distances[0, 1:]) == np.argsort(angles[0, 1:])).all()
 
 
 def test_nearest_models_excludes_self_and_sorts():
@@ -98,6 +115,8 @@ def test_stable_duplicates_keeps_pairs_close_in_every_resample():
     )
     assert pairs[["first", "second"]].values.tolist() == [[0, 2]]
     assert pairs["distance"].iloc[0] == 0.0
+    default = stable_duplicates(_MeanScoreEmbedder(), [base, other, copy], 40)
+    assert default[["first", "second"]].values.tolist() == [[0, 2]]
     with pytest.raises(ValueError, match="n_resamples=0 must be a positive integer"):
         stable_duplicates(_MeanScoreEmbedder(), [base, copy], 40, n_resamples=0)
 
@@ -293,6 +312,20 @@ def test_profile_refuses_a_bare_string_of_queries():
 
 def test_an_all_zero_embedding_is_at_distance_zero_from_itself():
     z = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]])
-    distances = model_distances(z)
+    distances = model_distances(z, metric="cosine")
     np.testing.assert_array_equal(np.diag(distances), 0.0)
     assert distances[0, 1] == distances[0, 2] == 1.0
+
+
+def test_duplicate_thresholds_default_to_locus_units_for_euclidean_only():
+    from sklocus.geometry import find_duplicates
+
+    z = np.array([[0.0, 0.0], [0.0, 5e-5], [0.0, 3e-4], [1.0, 0.0]])
+    pairs = find_duplicates(z)
+    assert pairs[["first", "second"]].values.tolist() == [[0, 1]]
+    assert len(find_duplicates(z, 1e-3)) == 3
+    with pytest.raises(ValueError, match=r"give a threshold for metric='cosine'"):
+        find_duplicates(z, metric="cosine")
+    # Cosine distances of 3e-10 and 1e-8 (angles of 2.5e-5 and 1.5e-4) stay apart.
+    cosine = find_duplicates(z + 1.0, 1e-9, metric="cosine")
+    assert cosine[["first", "second"]].values.tolist() == [[0, 1]]
