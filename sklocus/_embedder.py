@@ -52,6 +52,9 @@ _MAX_PAIRS = 1 << 20
 _PRECISIONS = ("float32", "bfloat16", "float16")
 # Clusters of training queries that query_novelty measures distances to.
 _QUERY_CLUSTERS = 32
+# Fixed draws of each validation model in the validation loss: two halve the cost
+# of four, which a fit on thousands of models does not need to rank epochs.
+_VALIDATION_DRAWS = 2
 # Training models whose embeddings set embedding_scale_ (at most; chosen at random).
 _SCALE_MODELS = 1024
 # Adam's step size in test-time refinement (refine_steps).
@@ -201,11 +204,12 @@ class LocusEmbedder(
         training step.
     decoder_size : int, default=64
         Evaluations of each model used as targets at each training step.
-    max_epochs : int, default=12
-        Most training epochs. Early stopping usually ends training sooner; the cap
+    max_epochs : int, default=10
+        Most training epochs. Early stopping often ends training sooner; the cap
         bounds the time of a fit: on the 5,949 Open LLM Leaderboard models an epoch
-        takes under a minute on 2 CPU cores, and one seed's early stopping ran to
-        25 epochs (21 minutes) for little gain (docs/tuning.md).
+        takes 80-90 s on 2 CPU cores, and the held-out loss stops improving after
+        4-10 epochs (docs/tuning.md), so a default fit of all of them stays under
+        15 minutes.
     epoch_size : int, default=4096
         Least number of model draws in an epoch: every training model is drawn
         once, or several times when the pool is smaller than this (each draw takes
@@ -371,7 +375,7 @@ class LocusEmbedder(
         predictor_hidden=64,
         encoder_sizes=(8, 512),
         decoder_size=64,
-        max_epochs=12,
+        max_epochs=10,
         epoch_size=4096,
         batch_size=32,
         lr=2e-4,
@@ -565,7 +569,10 @@ class LocusEmbedder(
         train_split = None
         if self.validation_fraction is not None and ragged.n_sets >= 4:
             train_split = ModelSplit(
-                self.validation_fraction, seed, epoch_size=self.epoch_size
+                self.validation_fraction,
+                seed,
+                draws=_VALIDATION_DRAWS,
+                epoch_size=self.epoch_size,
             )
             callbacks.append(
                 (
