@@ -41,6 +41,7 @@ import joblib
 import numpy as np
 import openllm
 import openllm_baselines as baselines
+import openllm_pools_report as pools_report
 from overrides import parse_overrides
 from provenance import commit
 from sklearn.cluster import KMeans
@@ -59,22 +60,18 @@ from sklocus.geometry import (
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 POOL_SIZE = openllm.POOL_SIZE
-SIZES = (64, 128, 256, 512)
+SIZES = pools_report.SIZES
 PORTFOLIO_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 112)
 CLUSTERS = 8
 # Thresholds of the duplicate tables: around the defaults, in LocusEmbedder units.
 DUPLICATE_THRESHOLDS = tuple(
     sorted({3e-5, DUPLICATE_THRESHOLD, STABLE_DUPLICATE_THRESHOLD, 1e-3, 3e-3})
 )
-LOCUS = "LOCUS"
-LABEL_FREE = (
-    "overall accuracy",
-    "k-nearest queries (k=10)",
-    "MF (dim 16)",
-    "IRT (2PL)",
-    f"per-cluster accuracy ({CLUSTERS} k-means clusters)",
+LOCUS, LABEL_FREE, LABELLED = (
+    pools_report.LOCUS,
+    pools_report.LABEL_FREE,
+    pools_report.LABELLED,
 )
-LABELLED = ("per-subject accuracy (labels)", "per-benchmark accuracy (labels)")
 
 
 def draw_pools(data, seed, count):
@@ -332,336 +329,6 @@ def duplicate_figures(data, embedder, seed):
     return result
 
 
-# -- the report ------------------------------------------------------------------------
-
-BEGIN = "<!-- pools: written by benchmarks/openllm_pools.py --report -->"
-END = "<!-- end of pools -->"
-ROUTING_TARGET, CORRECTNESS_TARGET, PORTFOLIO_TARGET, PEARSON_TARGET = (
-    0.87,
-    0.73,
-    20,
-    0.90,
-)
-
-
-def _mean_se(values):
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return float(values.mean()), float("nan")
-    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(len(values)))
-
-
-def _cell(values):
-    mean, se = _mean_se(values)
-    return f"{mean:.3f} ± {se:.3f}"
-
-
-def _by_n(result, metric, method):
-    """Array (pools, sizes) of one method's figure."""
-    return np.array([pool[metric][method] for pool in result["pools"]])
-
-
-def _table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return lines
-
-
-def _verdict(met):
-    return "met" if met else "not met"
-
-
-def _paired(result, metric, method, other, n_index):
-    return _mean_se(
-        _by_n(result, metric, method)[:, n_index]
-        - _by_n(result, metric, other)[:, n_index]
-    )
-
-
-def prediction_section(result):
-    methods = list(result["pools"][0]["correctness"])
-    sizes = " | ".join(f"n = {n}" for n in SIZES)
-    lines = []
-    for metric in ("correctness", "routing"):
-        lines += [
-            "",
-            f"{metric.capitalize()} accuracy (mean ± standard error over "
-            f"{len(result['pools'])} pools):",
-            "",
-        ]
-        lines += _table(
-            ["method", *sizes.split(" | ")],
-            [
-                [m, *[_cell(_by_n(result, metric, m)[:, i]) for i in range(len(SIZES))]]
-                for m in methods
-            ],
-        )
-    lines += ["", "Profile spread (sd of a model's logits over the test queries):", ""]
-    lines += _table(
-        ["method", *sizes.split(" | ")],
-        [
-            [
-                m,
-                *[
-                    f"{_mean_se(_by_n(result, 'spread', m)[:, i])[0]:.3f}"
-                    for i in range(len(SIZES))
-                ],
-            ]
-            for m in result["pools"][0]["spread"]
-        ],
-    )
-    return lines
-
-
-def targets_section(result):
-    """Issue 17's targets for routing and correctness, and issue 6's restated bar."""
-    locus = [m for m in result["pools"][0]["spread"]]
-    i256 = SIZES.index(256)
-    rows = []
-    for method in locus:
-        mean, se = _mean_se(_by_n(result, "routing", method)[:, i256])
-        rows.append(
-            [
-                f"{method}: routing at n = 256 >= {ROUTING_TARGET}",
-                f"{mean:.3f} ± {se:.3f}",
-                _verdict(mean >= ROUTING_TARGET),
-            ]
-        )
-        for n in (256, 512):
-            mean, se = _paired(result, "routing", method, LABELLED[0], SIZES.index(n))
-            rows.append(
-                [
-                    f"{method}: routing minus per-subject tally, n = {n}",
-                    f"{mean:+.3f} ± {se:.3f}",
-                    _verdict(mean >= 0),
-                ]
-            )
-        mean, se = _mean_se(_by_n(result, "correctness", method)[:, i256])
-        rows.append(
-            [
-                f"{method}: correctness at n = 256 >= {CORRECTNESS_TARGET}",
-                f"{mean:.3f} ± {se:.3f}",
-                _verdict(mean >= CORRECTNESS_TARGET),
-            ]
-        )
-        worst = min(
-            (
-                _paired(result, "correctness", method, other, i) + (other, n)
-                for other in LABEL_FREE
-                for i, n in enumerate(SIZES)
-            ),
-            key=lambda item: item[0],
-        )
-        rows.append(
-            [
-                f"{method}: correctness minus the best label-free baseline, "
-                f"worst case ({worst[2]}, n = {worst[3]})",
-                f"{worst[0]:+.3f} ± {worst[1]:.3f}",
-                _verdict(worst[0] > 0),
-            ]
-        )
-        for other in LABEL_FREE[:4]:
-            if other == LABEL_FREE[1]:
-                continue
-            worst = min(
-                _paired(result, "routing", method, other, SIZES.index(n)) + (n,)
-                for n in SIZES
-                if n >= 128
-            )
-            rows.append(
-                [
-                    f"{method}: routing minus {other}, worst n >= 128 (n = {worst[2]})",
-                    f"{worst[0]:+.3f} ± {worst[1]:.3f}",
-                    _verdict(worst[0] >= 0),
-                ]
-            )
-    lines = [
-        "",
-        "Targets (paired differences are per pool, then mean ± standard "
-        "error; 'met' reads the mean):",
-        "",
-    ]
-    return lines + _table(["target", "figure", "verdict"], rows)
-
-
-def geometry_section(result):
-    geometry = [pool["geometry"] for pool in result["pools"]]
-    smallest = [g["smallest k-center within 1 point"] for g in geometry]
-    rows = [
-        [
-            f"distance-disagreement Pearson, {metric} >= {PEARSON_TARGET}",
-            _cell([g["pearson"][metric] for g in geometry]),
-            _verdict(
-                np.mean([g["pearson"][metric] for g in geometry]) >= PEARSON_TARGET
-            ),
-        ]
-        for metric in ("euclidean", "cosine")
-    ]
-    rows.append(
-        [
-            f"smallest k-center portfolio within 1 point of the full pool <= "
-            f"{PORTFOLIO_TARGET} (per pool: {', '.join(map(str, smallest))})",
-            _cell(smallest),
-            _verdict(np.mean(smallest) <= PORTFOLIO_TARGET),
-        ]
-    )
-    lines = [
-        "",
-        "Geometry of each pool (its models embedded from all their train "
-        "queries; portfolios by `KCenterSelector()` with its default metric, "
-        "routed by LOCUS among the chosen models only):",
-        "",
-    ]
-    lines += _table(["target", "figure", "verdict"], rows)
-    ks = list(geometry[0]["k-center routing"])
-    lines += [
-        "",
-        "k-center routing accuracy by portfolio size (mean over pools; "
-        f"full pool {_cell([g['full pool routing'] for g in geometry])}):",
-        "",
-    ]
-    lines += _table(
-        ["k", *ks],
-        [
-            [
-                "routing",
-                *[
-                    f"{np.mean([g['k-center routing'][k] for g in geometry]):.3f}"
-                    for k in ks
-                ],
-            ]
-        ],
-    )
-    return lines
-
-
-def duplicates_section(result):
-    duplicates = result["duplicates"]
-    total, identical = duplicates["pairs"], duplicates["identical pairs"]
-    lines = [
-        "",
-        f"Near-duplicates among all {duplicates['models']:,} models (each "
-        f"embedded from its train queries; {duplicates['identical pairs']} pairs "
-        "have identical train-query evaluations; disagreement on every query "
-        "both have). Defaults: `find_duplicates` "
-        f"{DUPLICATE_THRESHOLD:g}, `stable_duplicates` "
-        f"{STABLE_DUPLICATE_THRESHOLD:g}.",
-        "",
-    ]
-    rows = []
-    for tool, by_threshold in duplicates.items():
-        if not isinstance(by_threshold, dict):
-            continue
-        for threshold, f in by_threshold.items():
-            median = f["median disagreement"]
-            rows.append(
-                [
-                    f"`{tool.split(' ')[0]}`",
-                    f"{float(threshold):g}",
-                    f["flagged"],
-                    f"{f['flagged'] / total:.5%}",
-                    f"{f['identical pairs flagged']} of {identical}",
-                    "" if median is None else f"{median:.3f}",
-                    len(f["above 10%"]),
-                    f["no common query"],
-                ]
-            )
-    lines += _table(
-        [
-            "tool",
-            "threshold",
-            "pairs flagged",
-            "of all pairs",
-            "identical pairs",
-            "median disagreement",
-            "above 10%",
-            "no query in common",
-        ],
-        rows,
-    )
-    default = duplicates["find_duplicates"][str(DUPLICATE_THRESHOLD)]
-    if default["above 10%"]:
-        lines += [
-            "",
-            "Pairs `find_duplicates()` flags that disagree on more than "
-            "10% of their common queries:",
-            "",
-        ]
-        lines += _table(
-            ["model", "model", "disagreement", "common queries", "accuracies"],
-            [
-                [
-                    *p["models"],
-                    p["disagreement"],
-                    p["common queries"],
-                    " / ".join(map(str, p["accuracy"])),
-                ]
-                for p in default["above 10%"]
-            ],
-        )
-    return lines
-
-
-def paired_section(result, against, label):
-    """LOCUS of ``result`` minus LOCUS of ``against``, pool by pool."""
-    rows = []
-    for metric in ("correctness", "routing"):
-        rows.append(
-            [
-                metric,
-                *[
-                    "{:+.3f} ± {:.3f}".format(
-                        *_mean_se(
-                            _by_n(result, metric, LOCUS)[:, i]
-                            - _by_n(against, metric, LOCUS)[:, i]
-                        )
-                    )
-                    for i in range(len(SIZES))
-                ],
-            ]
-        )
-    lines = ["", f"LOCUS minus {label}, paired by pool:", ""]
-    return lines + _table(["metric", *[f"n = {n}" for n in SIZES]], rows)
-
-
-def report(result, against=None, label=None):
-    fit = result["fit"]
-    lines = [
-        BEGIN,
-        f"## {len(result['pools'])} pools of unseen models, one onboarding fit",
-        "",
-        f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER "
-        f"{result.get('arguments', '')}` at commit {result['commit']} on "
-        f"{result.get('date', '')}; the embedder was fitted at {fit.get('commit')} on "
-        f"{fit.get('models')} models in {fit.get('seconds', 0) / 60:.1f} min "
-        f"({fit.get('epochs')} epochs, best {fit.get('best_epoch')}) and measured in "
-        f"{result['evaluation_seconds'] / 60:.1f} min on 2 CPU cores. "
-        f"Protocol: the script's docstring; {result['draws']} draws of the n "
-        "evaluations per pool; a cell is the mean over pools ± its standard error. "
-        "The per-cluster tally is the label-free baseline of docs/tuning.md "
-        "(8 k-means clusters of the training queries' encodings).",
-    ]
-    lines += targets_section(result)
-    lines += geometry_section(result)
-    lines += duplicates_section(result)
-    lines += prediction_section(result)
-    if against is not None:
-        lines += paired_section(result, against, label)
-    return "\n".join([*lines, END]) + "\n"
-
-
-def write_report(path, text):
-    """Replace the marked section of ``path`` (or append it)."""
-    path = Path(path)
-    old = path.read_text() if path.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
-
-
 def _steps_and_penalty(text):
     steps, _, penalty = text.partition(":")
     try:
@@ -711,9 +378,8 @@ def main():
     if arguments.report:
         result = json.loads(arguments.report.read_text())
         against = arguments.against and json.loads(arguments.against.read_text())
-        write_report(
-            arguments.markdown, report(result, against, arguments.against_label)
-        )
+        text = pools_report.report(result, against, arguments.against_label)
+        pools_report.write_report(arguments.markdown, text)
         return
     overrides = parse_overrides(arguments.set)
     data = openllm.OpenLLM(arguments.data, "all-mpnet-base-v2")
