@@ -86,7 +86,7 @@ def draw_pools(data, seed, count):
     return [np.sort(order[i * POOL_SIZE : (i + 1) * POOL_SIZE]) for i in range(count)]
 
 
-def fitted_embedder(data, training, seed, variant, overrides, cache):
+def fitted_embedder(data, training, seed, variant, overrides, cache, code):
     """The onboarding embedder, from ``cache`` when it holds this very fit.
 
     A variant's custom network is code, which a model file does not hold, so
@@ -123,7 +123,7 @@ def fitted_embedder(data, training, seed, variant, overrides, cache):
     ).fit(data.sets(training))
     best = min(embedder.history_, key=lambda row: row["valid_loss"])
     fit = {
-        "commit": commit(),
+        "commit": code,
         "date": time.strftime("%Y-%m-%d"),
         "models": int(len(data.sets(training))),
         "seconds": round(time.perf_counter() - start, 1),
@@ -149,7 +149,10 @@ class Baselines:
             model, losses = baselines.tuned_factor_model(
                 kind, data.train_matrix[training], data.train_vectors, seed
             )
-            print(f"{kind} item penalty {model.item_decay} (held-out {losses})")
+            print(
+                f"{kind} item penalty {model.item_decay} (held-out {losses})",
+                flush=True,
+            )
             self.factor_models[kind] = model
         kmeans = KMeans(CLUSTERS, n_init=4, random_state=seed).fit(data.train_vectors)
         self.groups = {
@@ -382,6 +385,9 @@ def main():
         pools_report.write_report(arguments.markdown, text)
         return
     overrides = parse_overrides(arguments.set)
+    # The code that measures is the code checked out now, whatever happens to the
+    # tree during the run.
+    code = commit()
     data = openllm.OpenLLM(arguments.data, "all-mpnet-base-v2")
     pools = draw_pools(data, arguments.seed, arguments.pools)
     training = np.setdiff1d(np.arange(len(data.names)), np.concatenate(pools))
@@ -421,7 +427,7 @@ def main():
         "seed": arguments.seed,
         "draws": arguments.draws,
         "evaluation_seconds": round(time.perf_counter() - start),
-        "commit": commit(),
+        "commit": code,
         "date": time.strftime("%Y-%m-%d"),
         "arguments": " ".join(sys.argv[2:]),
         "pools": per_pool,
