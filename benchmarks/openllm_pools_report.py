@@ -333,7 +333,11 @@ def report(result, against=None, label=None):
         f"Protocol: the script's docstring; {result['draws']} draws of the n "
         "evaluations per pool; a cell is the mean over pools ± its standard error. "
         "The per-cluster tally is the label-free baseline of docs/tuning.md "
-        "(8 k-means clusters of the training queries' encodings).",
+        "(8 k-means clusters of the training queries' encodings). The sections "
+        "after this one come from `benchmarks/openllm.py`, two pools with a fit "
+        "each, at the commit and defaults their first paragraph names; they show "
+        "what this one does not (the pool setting, sample efficiency, stability, "
+        "fallbacks, training on partially observed models).",
     ]
     lines += targets_section(result)
     lines += geometry_section(result)
@@ -344,13 +348,28 @@ def report(result, against=None, label=None):
     return "\n".join([*lines, END]) + "\n"
 
 
-def write_report(path, text):
-    """Replace the marked section of ``path`` (or append it)."""
+def place_section(text, section):
+    """``text`` with ``section`` in place of its marked one, or after its title."""
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        return head + section.rstrip("\n") + rest.split(END, 1)[1]
+    title, _, body = text.partition("\n")
+    return f"{title}\n\n{section.rstrip()}\n\n{body.lstrip()}"
+
+
+def keep_section(old_text, new_text):
+    """``new_text`` with the pools section of ``old_text``, if it had one.
+
+    benchmarks/openllm_report.py rewrites results.md; this keeps the section it
+    does not write, at the top.
+    """
+    if BEGIN not in old_text or END not in old_text:
+        return new_text
+    block = old_text[old_text.index(BEGIN) : old_text.index(END) + len(END)]
+    return place_section(new_text, block)
+
+
+def write_report(path, section):
+    """Put ``section`` into the results page at ``path``."""
     path = Path(path)
-    old = path.read_text() if path.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
+    path.write_text(place_section(path.read_text(), section))

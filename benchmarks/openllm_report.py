@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 matplotlib.use("Agg")
+import openllm_pools_report  # noqa: E402
 from matplotlib import pyplot as plt  # noqa: E402
 from openllm_transfer_report import keep_section  # noqa: E402
 from provenance import commit  # noqa: E402
@@ -191,6 +192,8 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
     lines = [
         "# Results on the Open LLM Leaderboard data",
         "",
+        "## A fit for each pool",
+        "",
         f"Written by `{command}` at commit {commit()} in "
         f"{extra['seconds'] / 60:.0f} minutes on "
         f"{platform.machine()} with {os.cpu_count()} CPU cores; every figure below",
@@ -368,4 +371,5 @@ def write(path, rows, fits, extra, arguments, overrides, protocol):
             ],
         ]
     old = path.read_text() if path.exists() else ""
-    path.write_text(keep_section(old, "\n".join(lines) + "\n"))
+    new = keep_section(old, "\n".join(lines) + "\n")
+    path.write_text(openllm_pools_report.keep_section(old, new))
