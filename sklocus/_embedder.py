@@ -8,6 +8,7 @@ import numbers
 
 import numpy as np
 import torch
+from scipy.spatial.distance import pdist
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -519,14 +520,7 @@ class LocusEmbedder(
             rng.choice(ragged.n_sets, min(ragged.n_sets, _SCALE_MODELS), replace=False)
         )
         z = self._embed_raw(ragged.subset(chosen), vectors, refine=False)
-        z = z.astype(np.float64)
-        squared = (z**2).sum(axis=1)
-        first, second = np.triu_indices(len(z), k=1)
-        distances = np.sqrt(
-            np.maximum(
-                squared[first] + squared[second] - 2 * (z @ z.T)[first, second], 0.0
-            )
-        )
+        distances = pdist(z.astype(np.float64))
         median = float(np.median(distances)) if len(distances) else 0.0
         # A single training model, or all alike: nothing to measure, keep the units.
         return median if median > 0 and np.isfinite(median) else 1.0
