@@ -195,7 +195,7 @@ def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws):
         values = {}
         for state in openllm.draw_states(seed, draws):
             drawn = subsample(sets, n, random_state=state)
-            p = fitted_baselines.predict(drawn)
+            p = fitted_baselines.predict(drawn) if fitted_baselines else {}
             for name, embedder in embedders.items():
                 p[name] = embedder.predict_correctness(
                     embedder.transform(drawn), data.test_ids
@@ -363,6 +363,12 @@ def main():
     )
     parser.add_argument("--out", help="JSON file of every figure")
     parser.add_argument(
+        "--locus-only",
+        action="store_true",
+        help="measure LOCUS's predictions only (no baselines, geometry or "
+        "duplicates): enough to compare a variant with a full run, pool by pool",
+    )
+    parser.add_argument(
         "--embedder",
         type=Path,
         help="measure this saved embedder (fitted on the same training models) "
@@ -412,16 +418,21 @@ def main():
         )
         embedders[f"LOCUS, refined ({steps} steps, penalty {penalty:g})"] = refined
     start = time.perf_counter()
-    fitted_baselines = Baselines(data, training, arguments.seed)
+    fitted_baselines = None
+    if not arguments.locus_only:
+        fitted_baselines = Baselines(data, training, arguments.seed)
     per_pool = []
     for number, pool in enumerate(pools):
         figures = prediction_figures(
             data, embedders, fitted_baselines, pool, arguments.seed, arguments.draws
         )
-        figures["geometry"] = geometry_figures(data, embedder, pool)
+        if not arguments.locus_only:
+            figures["geometry"] = geometry_figures(data, embedder, pool)
         per_pool.append(figures)
-        print(f"pool {number}: {json.dumps(figures['geometry'])}", flush=True)
-    duplicates = duplicate_figures(data, embedder, arguments.seed)
+        print(f"pool {number}: {json.dumps(figures.get('geometry'))}", flush=True)
+    duplicates = None
+    if not arguments.locus_only:
+        duplicates = duplicate_figures(data, embedder, arguments.seed)
     result = {
         "fit": fit,
         "seed": arguments.seed,
