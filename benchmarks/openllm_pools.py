@@ -380,14 +380,23 @@ def main():
         metavar="JSON",
         help="write the markdown section of this --out file into --markdown",
     )
-    parser.add_argument("--against", type=Path, metavar="JSON")
-    parser.add_argument("--against-label", default="the other fit")
+    parser.add_argument(
+        "--against",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("JSON", "LABEL"),
+        help="with --report: another run on the same pools, compared pool by pool",
+    )
     parser.add_argument("--markdown", type=Path, default=Path("docs/results.md"))
     arguments = parser.parse_args()
     if arguments.report:
         result = json.loads(arguments.report.read_text())
-        against = arguments.against and json.loads(arguments.against.read_text())
-        text = pools_report.report(result, against, arguments.against_label)
+        others = [
+            (label, json.loads(Path(path).read_text()))
+            for path, label in arguments.against
+        ]
+        text = pools_report.report(result, others)
         pools_report.write_report(arguments.markdown, text)
         return
     overrides = parse_overrides(arguments.set)

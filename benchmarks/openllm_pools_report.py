@@ -296,29 +296,22 @@ def duplicates_section(result):
     return lines
 
 
-def paired_section(result, against, label):
-    """LOCUS of ``result`` minus LOCUS of ``against``, pool by pool."""
+def paired_section(result, others):
+    """Each other run's LOCUS minus this run's, pool by pool (same pools, draws)."""
     rows = []
-    for metric in ("correctness", "routing"):
-        rows.append(
-            [
-                metric,
-                *[
-                    "{:+.3f} ± {:.3f}".format(
-                        *_mean_se(
-                            _by_n(result, metric, LOCUS)[:, i]
-                            - _by_n(against, metric, LOCUS)[:, i]
-                        )
-                    )
-                    for i in range(len(SIZES))
-                ],
+    for label, other in others:
+        for metric in ("correctness", "routing"):
+            differences = _by_n(other, metric, LOCUS) - _by_n(result, metric, LOCUS)
+            cells = [
+                "{:+.3f} ± {:.3f}".format(*_mean_se(differences[:, i]))
+                for i in range(len(SIZES))
             ]
-        )
-    lines = ["", f"LOCUS minus {label}, paired by pool:", ""]
-    return lines + _table(["metric", *[f"n = {n}" for n in SIZES]], rows)
+            rows.append([label, metric, *cells])
+    lines = ["", "Other fits on the same pools, minus this one (paired by pool):", ""]
+    return lines + _table(["fit", "metric", *[f"n = {n}" for n in SIZES]], rows)
 
 
-def report(result, against=None, label=None):
+def report(result, others=()):
     fit = result["fit"]
     lines = [
         BEGIN,
@@ -343,8 +336,8 @@ def report(result, against=None, label=None):
     lines += geometry_section(result)
     lines += duplicates_section(result)
     lines += prediction_section(result)
-    if against is not None:
-        lines += paired_section(result, against, label)
+    if others:
+        lines += paired_section(result, others)
     return "\n".join([*lines, END]) + "\n"
 
 
