@@ -344,7 +344,7 @@ def _steps_and_penalty(text):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data")
+    parser.add_argument("data", nargs="?", help="the Open LLM data folder")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pools", type=int, default=8)
     parser.add_argument("--draws", type=int, default=3)
@@ -399,6 +399,8 @@ def main():
         text = pools_report.report(result, others)
         pools_report.write_report(arguments.markdown, text)
         return
+    if arguments.data is None:
+        parser.error("DATA_FOLDER is needed to measure (only --report goes without)")
     overrides = parse_overrides(arguments.set)
     # The code that measures is the code checked out now, whatever happens to the
     # tree during the run.

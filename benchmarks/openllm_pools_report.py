@@ -274,7 +274,13 @@ def duplicates_section(result):
         rows,
     )
     default = duplicates["find_duplicates"][str(DUPLICATE_THRESHOLD)]
-    if default["above 10%"]:
+    if not default["above 10%"]:
+        lines += [
+            "",
+            "`find_duplicates()` flags no pair that disagrees on more than "
+            "10% of its common queries.",
+        ]
+    else:
         lines += [
             "",
             "Pairs `find_duplicates()` flags that disagree on more than "
@@ -293,6 +299,20 @@ def duplicates_section(result):
                 for p in default["above 10%"]
             ],
         )
+    for threshold, f in duplicates["find_duplicates"].items():
+        if float(threshold) <= DUPLICATE_THRESHOLD or not f["above 10%"]:
+            continue
+        pairs = f["above 10%"]
+        low = sum(max(p["accuracy"]) < 0.3 for p in pairs)
+        gap = max(abs(p["accuracy"][0] - p["accuracy"][1]) for p in pairs)
+        lines += [
+            "",
+            f"At {float(threshold):g}, {len(pairs)} flagged pairs disagree "
+            f"on more than 10%: in {low} both models have a mean accuracy "
+            f"below 0.3, and the two accuracies of a pair differ by at most "
+            f"{gap:.3f}.",
+        ]
+        break
     return lines
 
 
