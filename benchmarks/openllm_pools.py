@@ -421,6 +421,7 @@ def main():
             arguments.variant,
             overrides,
             arguments.cache,
+            code,
         )
     embedders = {LOCUS: embedder}
     for steps, penalty in arguments.refine:
