@@ -320,15 +320,35 @@ def paired_section(result, others):
     """Each other run's LOCUS minus this run's, pool by pool (same pools, draws)."""
     rows = []
     for label, other in others:
-        for metric in ("correctness", "routing"):
-            differences = _by_n(other, metric, LOCUS) - _by_n(result, metric, LOCUS)
-            cells = [
-                "{:+.3f} ± {:.3f}".format(*_mean_se(differences[:, i]))
-                for i in range(len(SIZES))
-            ]
-            rows.append([label, metric, *cells])
-    lines = ["", "Other fits on the same pools, minus this one (paired by pool):", ""]
-    return lines + _table(["fit", "metric", *[f"n = {n}" for n in SIZES]], rows)
+        for method in other["pools"][0]["spread"]:
+            if method not in result["pools"][0]["spread"]:
+                continue
+            for metric in ("correctness", "routing"):
+                differences = _by_n(other, metric, method) - _by_n(
+                    result, metric, method
+                )
+                cells = [
+                    "{:+.3f} ± {:.3f}".format(*_mean_se(differences[:, i]))
+                    for i in range(len(SIZES))
+                ]
+                rows.append([label, method, metric, *cells])
+    lines = [
+        "",
+        "Other fits on the same pools and draws, minus this one (paired by pool):",
+        "",
+    ]
+    header = ["fit", "method", "metric", *[f"n = {n}" for n in SIZES]]
+    lines += _table(header, rows)
+    for label, other in others:
+        fit = other["fit"]
+        lines += [
+            "",
+            f"{label}: `openllm_pools.py DATA_FOLDER {other.get('arguments', '')}` "
+            f"at {other['commit']}; fitted at {fit.get('commit')} in "
+            f"{fit.get('seconds', 0) / 60:.1f} min ({fit.get('epochs')} epochs, best "
+            f"{fit.get('best_epoch')}).",
+        ]
+    return lines
 
 
 def report(result, others=()):
