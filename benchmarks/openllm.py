@@ -54,14 +54,7 @@ PORTFOLIO_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 112)
 # Budgets of coverage-greedy, in billions of parameters.
 PORTFOLIO_BUDGETS = (7, 15, 30, 60, 120, 250, 500)
 
-LOCUS = "LOCUS"
-LABEL_FREE = (
-    "overall accuracy",
-    "k-nearest queries (k=10)",
-    "MF (dim 16)",
-    "IRT (2PL)",
-)
-LABELS = "per-subject accuracy (labels)"
+LOCUS, LABEL_FREE, LABELS = baselines.LOCUS, baselines.LABEL_FREE, baselines.LABELS
 METHODS = (LOCUS, *LABEL_FREE, LABELS)
 
 

@@ -29,6 +29,16 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+# How the benchmarks' tables name LOCUS and these baselines.
+LOCUS = "LOCUS"
+LABEL_FREE = (
+    "overall accuracy",
+    "k-nearest queries (k=10)",
+    "MF (dim 16)",
+    "IRT (2PL)",
+)
+LABELS = "per-subject accuracy (labels)"
+
 
 def overall_accuracy(observed, n_test):
     """Each model's mean observed score, repeated for every test query."""

@@ -9,19 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import openllm_baselines as baselines
 
 from sklocus.geometry import DUPLICATE_THRESHOLD, STABLE_DUPLICATE_THRESHOLD
 
 SIZES = (64, 128, 256, 512)
-LOCUS = "LOCUS"
-LABEL_FREE = (
-    "overall accuracy",
-    "k-nearest queries (k=10)",
-    "MF (dim 16)",
-    "IRT (2PL)",
-    "per-cluster accuracy (8 k-means clusters)",
-)
-LABELLED = ("per-subject accuracy (labels)", "per-benchmark accuracy (labels)")
+LOCUS = baselines.LOCUS
+# openllm_baselines' methods plus the label-free cluster tally and the labelled
+# benchmark tally.
+LABEL_FREE = (*baselines.LABEL_FREE, "per-cluster accuracy (8 k-means clusters)")
+LABELLED = (baselines.LABELS, "per-benchmark accuracy (labels)")
 
 BEGIN = "<!-- pools: written by benchmarks/openllm_pools.py --report -->"
 END = "<!-- end of pools -->"

@@ -106,29 +106,23 @@ class RaggedEvaluations:
             for i in range(self.n_sets)
         ]
         set_order = sorted(range(self.n_sets), key=digests.__getitem__)
-        sizes = self.sizes[set_order]
-        new_offsets = np.zeros(self.n_sets + 1, dtype=np.int64)
-        np.cumsum(sizes, out=new_offsets[1:])
-        take = np.concatenate(
-            [np.arange(offsets[i], offsets[i + 1]) for i in set_order]
-            or [np.zeros(0, dtype=np.int64)]
-        )
-        return RaggedEvaluations(
+        within_sets = RaggedEvaluations(
             queries=[self.queries[i] for i in query_order],
-            query_codes=codes[take],
-            scores=scores[take],
-            offsets=new_offsets,
+            query_codes=codes,
+            scores=scores,
+            offsets=offsets,
         )
+        return within_sets.subset(set_order)
 
     def subset(self, indices) -> RaggedEvaluations:
         """Return the sets ``indices`` (in that order), over the same ``queries``."""
-        indices = np.asarray(indices, dtype=np.int64)
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         sizes = self.sizes[indices]
         offsets = np.zeros(len(indices) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        take = np.concatenate(
-            [np.arange(self.offsets[i], self.offsets[i + 1]) for i in indices]
-            or [np.zeros(0, dtype=np.int64)]
+        # Evaluation j of the result is evaluation j - offsets[k] of set indices[k].
+        take = np.arange(offsets[-1]) + np.repeat(
+            self.offsets[indices] - offsets[:-1], sizes
         )
         names = self.model_names
         return RaggedEvaluations(
