@@ -316,8 +316,10 @@ def duplicate_figures(data, embedder, seed):
         "find_duplicates": {},
         "stable_duplicates (n_evals=128)": {},
     }
+    # Each tool runs once at the loosest threshold; tighter ones filter its pairs.
+    found = find_duplicates(z, max(DUPLICATE_THRESHOLDS))
     for threshold in DUPLICATE_THRESHOLDS:
-        pairs = _pairs(find_duplicates(z, threshold))
+        pairs = _pairs(found[found["distance"] < threshold])
         result["find_duplicates"][threshold] = flagged_figures(
             data, models, matrix, identical, pairs
         )
