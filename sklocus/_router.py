@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted
 
@@ -137,6 +139,14 @@ def _align_rows(Y, queries):
     return Y.iloc[Y.index.get_indexer(wanted)]
 
 
+def _is_fitted(estimator):
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError:
+        return False
+    return True
+
+
 def _check_distinct_queries(queries):
     seen = set()
     for query in queries:
@@ -165,9 +175,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     embedder : LocusEmbedder or FrozenEstimator or None, default=None
-        The embedder. ``None`` fits a ``LocusEmbedder()`` with default settings; an
-        unfitted embedder is cloned and fitted; ``FrozenEstimator(fitted_embedder)``
-        is used as it is (``fit`` then only embeds).
+        The embedder. ``None`` fits a ``LocusEmbedder()`` with default settings; any
+        other embedder is cloned and fitted, **even one that is already fitted**
+        (``fit`` warns then); ``FrozenEstimator(fitted_embedder)`` is used as it is
+        (``fit`` then only embeds), which is what a trained embedder needs.
     cost_weight : float, default=0.0
         Weight of cost in the choice: the router picks the model of highest
         ``P(correct) - cost_weight * cost / max(cost)``, so ``cost_weight=0.1`` trades
@@ -271,6 +282,14 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         check_evaluation_sets(evaluation_sets, model_names)
 
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
+        if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
+            warnings.warn(
+                "LocusRouter clones and refits its embedder, so this fitted "
+                "LocusEmbedder is trained again from scratch; wrap it in "
+                "sklearn.frozen.FrozenEstimator to route with it as it is",
+                UserWarning,
+                stacklevel=2,
+            )
         self.embedder_ = clone(embedder).fit(evaluation_sets, None)
         self.embeddings_ = np.asarray(
             self.embedder_.transform(evaluation_sets), dtype=np.float32
@@ -369,18 +388,75 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             whose utilities lie within 1e-6 of the best, go to the one listed first
             in ``classes_``.
         """
+        models, _ = self.rank_models(X, k=1, exclude=exclude)
+        return models[:, 0]
+
+    def rank_models(self, X, k=3, exclude=None):
+        """List the ``k`` best models for each query, best first, with probabilities.
+
+        Models are ranked as :meth:`predict` chooses them: by probability of a
+        correct answer less the weighted cost, so the first is ``predict``'s choice.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        k : int, default=3
+            Models to list per query; at most the number of models not excluded.
+        exclude : sequence of model names, default=None
+            Models that are unavailable; they are never listed.
+
+        Returns
+        -------
+        models : ndarray of shape (n_queries, k)
+            Entries of ``classes_``, best first.
+        probabilities : ndarray of shape (n_queries, k), float32
+            Probability that each listed model answers the query correctly.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> from sklearn.frozen import FrozenEstimator
+        >>> from sklocus import LocusEmbedder, LocusRouter
+        >>> from sklocus.datasets import make_evaluations
+        >>> from sklocus.evaluations import to_matrix
+        >>> data = make_evaluations(n_models=6, n_queries=80, evals_per_model=None,
+        ...                         random_state=0)
+        >>> scores, queries = to_matrix(data.evaluation_sets)
+        >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
+        ...                          n_latents=4, max_epochs=1, epoch_size=128,
+        ...                          random_state=0).fit(data.evaluation_sets)
+        >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
+        >>> router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+        >>> models, probabilities = router.rank_models(queries[:2], k=2)
+        >>> models.shape, probabilities.shape
+        ((2, 2), (2, 2))
+        """
         check_is_fitted(self, "embeddings_")
         excluded = self._select(exclude, "exclude")
-        queries = as_query_list(X)
-        chosen = np.empty(len(queries), dtype=np.int64)
-        for start, probabilities in self._chunks(queries):
-            utility = self._utility(probabilities)
-            utility[:, excluded] = -np.inf
-            best = utility.max(axis=1, keepdims=True)
-            chosen[start : start + len(utility)] = np.argmax(
-                utility >= best - _TIE, axis=1
+        available = int((~excluded).sum())
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k={k!r} must be a positive integer")
+        if k > available:
+            raise ValueError(
+                f"k={k} is more than the {available} models available to route to"
             )
-        return self.classes_[chosen]
+        queries = as_query_list(X)
+        ranked = np.empty((len(queries), k), dtype=np.int64)
+        probabilities = np.empty((len(queries), k), dtype=np.float32)
+        for start, chunk in self._chunks(queries):
+            utility = self._utility(chunk).astype(np.float64)
+            utility[:, excluded] = -np.inf
+            # Near-ties go to the model listed first in classes_: lift that one
+            # above the rest before sorting.
+            best = utility.max(axis=1, keepdims=True)
+            first = np.argmax(utility >= best - _TIE, axis=1)
+            utility[np.arange(len(utility)), first] = np.inf
+            order = np.argsort(-utility, axis=1, kind="stable")[:, :k]
+            rows = slice(start, start + len(chunk))
+            ranked[rows] = order
+            probabilities[rows] = np.take_along_axis(chunk, order, axis=1)
+        return self.classes_[ranked], probabilities
 
     def score(self, X, Y, sample_weight=None):
         """Routing accuracy: the mean observed score of the chosen model.

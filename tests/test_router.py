@@ -191,6 +191,42 @@ def test_remove_and_exclude_models(router, problem):
     np.testing.assert_array_equal(smaller.predict(test), rerouted)
 
 
+def test_rank_models_lists_the_choice_first_then_by_utility(router, problem):
+    data, _, _, test, _ = problem
+    favourite = pd.Series(router.predict(test)).value_counts().index[0]
+    for model in (router, _copy(router).set_params(cost_weight=0.3)):
+        models, probabilities = model.rank_models(test, k=4, exclude=[favourite])
+        assert models.shape == probabilities.shape == (len(test), 4)
+        np.testing.assert_array_equal(
+            models[:, 0], model.predict(test, exclude=[favourite])
+        )
+        assert favourite not in set(models.ravel())
+        column = {name: j for j, name in enumerate(model.classes_)}
+        indices = np.vectorize(column.get)(models)
+        p = model.predict_correctness(test)
+        np.testing.assert_array_equal(
+            probabilities, np.take_along_axis(p, indices, axis=1)
+        )
+        utility = p - model.cost_weight * data.params_b / data.params_b.max()
+        listed = np.take_along_axis(utility, indices, axis=1)
+        assert (np.diff(listed[:, 1:], axis=1) <= 0).all()
+        assert (listed[:, :1] >= listed[:, 1:] - 1e-6).all()
+
+
+@pytest.mark.parametrize("k", [0, 16, 2.0, True])
+def test_rank_models_refuses_k_beyond_the_available_models(router, problem, k):
+    *_, test, _ = problem
+    with pytest.raises(ValueError, match=f"k={k!r}"):
+        router.rank_models(test, k=k, exclude=[router.classes_[0]])
+
+
+def test_an_unfrozen_fitted_embedder_is_refitted_with_a_warning(router, problem):
+    _, train, Y, *_ = problem
+    with pytest.warns(UserWarning, match="wrap it in sklearn.frozen.FrozenEstimator"):
+        refitted = LocusRouter(router.embedder_).fit(train[:40], Y.iloc[:40])
+    assert refitted.embedder_ is not router.embedder_
+
+
 def test_substitutes_are_nearest_others(router):
     name = router.classes_[3]
     substitutes = router.substitutes(name, k=4)
