@@ -23,6 +23,7 @@ from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping, ProgressBar
 
 from sklocus._device import resolve_device
+from sklocus._progress import on_terminal
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
@@ -291,7 +292,8 @@ class LocusEmbedder(
     callbacks : list of skorch callbacks or None, default=None
         Passed to the skorch ``NeuralNet``.
     verbose : int, default=0
-        1 prints a line per epoch and shows a progress bar.
+        1 prints a line per epoch, and shows a progress bar when standard error
+        is a terminal.
 
     Attributes
     ----------
@@ -576,7 +578,7 @@ class LocusEmbedder(
                     ),
                 )
             )
-        if self.verbose:
+        if self.verbose and on_terminal():
             callbacks.append(("progress_bar", ProgressBar()))
         # Copies: fit must leave the user's callback objects (parameters of this
         # estimator) as they were, and two fits must not share their state.

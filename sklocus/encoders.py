@@ -26,6 +26,7 @@ from sklearn.utils._param_validation import Interval
 
 from sklocus._device import resolve_device
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
+from sklocus._progress import on_terminal
 from sklocus._validation import as_item_list
 
 __all__ = [
@@ -112,7 +113,7 @@ class SentenceEncoder(_QueryEncoder):
         sessions. ``None`` keeps the cache in memory only.
     show_progress : bool or None, default=None
         Show a progress bar while encoding. ``None`` shows one when 512 or more
-        texts need encoding.
+        texts need encoding and standard error is a terminal.
     texts : mapping, default=None
         Text of each query id. Queries found among its keys are encoded as their
         text; any other query must itself be a text.
@@ -250,7 +251,7 @@ class SentenceEncoder(_QueryEncoder):
         if missing:
             show = self.show_progress
             if show is None:
-                show = len(missing) >= _PROGRESS_MIN_TEXTS
+                show = len(missing) >= _PROGRESS_MIN_TEXTS and on_terminal()
             encoded = self._sentence_transformer().encode(
                 missing,
                 batch_size=self.batch_size,
