@@ -109,6 +109,13 @@ def test_make_evaluations_rejects_bad_arguments(kwargs, message):
         make_evaluations(**kwargs)
 
 
+def test_make_evaluations_default_size_fits_few_queries():
+    few = make_evaluations(n_models=40, n_queries=200, random_state=0)
+    assert {len(s) for s in few.evaluation_sets} == {200}
+    many = make_evaluations(n_models=5, n_queries=1000, random_state=0)
+    assert {len(s) for s in many.evaluation_sets} == {256}
+
+
 def test_load_evaluations_reads_the_shared_data(openllm_path):
     data = load_evaluations(openllm_path)
     assert len(data.evaluation_sets) == len(data.model_names) == 5949

@@ -13,6 +13,10 @@ from sklocus.encoders import PrecomputedEncoder
 _FAMILY_SIZES_B = np.array([0.5, 1.5, 3.0, 7.0, 8.0, 13.0, 34.0, 70.0])
 
 
+# evals_per_model="auto": about what a model gets in a small leaderboard.
+_AUTO_EVALS_PER_MODEL = 256
+
+
 def _check_count(value, name, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer; got {value!r}")
@@ -25,6 +29,8 @@ def _set_sizes(evals_per_model, n_models, n_queries, rng):
     """Draw the number of evaluations of each model."""
     if evals_per_model is None:
         return np.full(n_models, n_queries)
+    if isinstance(evals_per_model, str) and evals_per_model == "auto":
+        return np.full(n_models, min(_AUTO_EVALS_PER_MODEL, n_queries))
     if isinstance(evals_per_model, tuple):
         low, high = (
             _check_count(bound, "evals_per_model bounds", 1)
@@ -52,7 +58,7 @@ def make_evaluations(
     n_benchmarks=5,
     n_families=8,
     duplicate_fraction=0.1,
-    evals_per_model=256,
+    evals_per_model="auto",
     query_dim=64,
     n_skills=8,
     random_state=None,
@@ -86,9 +92,10 @@ def make_evaluations(
         Number of model families.
     duplicate_fraction : float, default=0.1
         Fraction of the models that are near-duplicates of another model.
-    evals_per_model : int, tuple of (int, int) or None, default=256
+    evals_per_model : int, tuple of (int, int), None or "auto", default="auto"
         Evaluations per model: a number, a ``(low, high)`` range drawn uniformly per
-        model, or ``None`` for every query.
+        model, ``None`` for every query, or ``"auto"`` for 256 or every query when
+        there are fewer.
     query_dim : int, default=64
         Width of the query vectors (384 for MiniLM, 768 for mpnet).
     n_skills : int, default=8
