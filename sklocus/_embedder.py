@@ -35,6 +35,7 @@ from sklocus.nn.training import (
     MaskedBCEWithLogitsLoss,
     ModelSetDataset,
     ModelSplit,
+    PlainPrintLog,
     QueryNoiseSchedule,
     SetCollator,
     StopOnNonFiniteLoss,
@@ -609,6 +610,8 @@ class LocusEmbedder(
             ),
             train_split=train_split,
             callbacks=callbacks,
+            # Replaces skorch's own table of epochs, which colours best values.
+            **({} if on_terminal() else {"callbacks__print_log": PlainPrintLog()}),
             verbose=self.verbose,
         )
 

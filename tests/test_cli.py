@@ -1,36 +1,549 @@
+"""The sklocus command, driven as a user drives it: in a subprocess, on files."""
+
+import os
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from sklocus.__main__ import main
+from sklocus.cli import main
+from sklocus.datasets import make_evaluations
+
+# A small network, so that fit takes seconds.
+TINY = ["--set", "embedding_dim=16", "--set", "n_latents=4", "--set", "max_epochs=1"]
+TINY += ["--set", "epoch_size=128", "--random-state", "0", "--quiet"]
+
+
+def sklocus(*argv, cwd):
+    """Run the installed command line in a fresh process."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    return subprocess.run(
+        [sys.executable, "-m", "sklocus", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def succeeded(run):
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    return run
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A long table from make_evaluations, its query vectors, a trained model file
+    and an embedding table, made as a user makes them."""
+    folder = tmp_path_factory.mktemp("cli")
+    data = make_evaluations(n_models=30, n_queries=150, query_dim=16, random_state=0)
+    rows = [
+        (name, query, score, data.params_b[i])
+        for i, (name, evaluations) in enumerate(
+            zip(data.model_names, data.evaluation_sets)
+        )
+        for query, score in evaluations.items()
+    ]
+    table = pd.DataFrame(rows, columns=["model", "query", "score", "params"])
+    table.to_csv(folder / "evals.csv", index=False)
+    np.save(folder / "vectors.npy", data.query_vectors)
+    (folder / "ids.txt").write_text("\n".join(data.query_ids) + "\n")
+    pd.DataFrame({"query": data.query_ids[:25]}).to_csv(
+        folder / "queries.csv", index=False
+    )
+    vectors = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
+    fit = succeeded(
+        sklocus("fit", "evals.csv", "-o", "model.sklocus", *vectors, *TINY, cwd=folder)
+    )
+    embed = succeeded(
+        sklocus(
+            "embed",
+            "model.sklocus",
+            "evals.csv",
+            "-o",
+            "emb.parquet",
+            "--cost-column",
+            "params",
+            cwd=folder,
+        )
+    )
+    return folder, data, fit, embed
+
+
+def test_fit_saves_a_model_file_and_summarises_training(workspace):
+    folder, _, fit, _ = workspace
+    assert (folder / "model.sklocus").is_file()
+    assert "Training on 30 models and 150 queries" in fit.stderr
+    assert "Trained in" in fit.stderr and "1 epoch" in fit.stderr
+    assert "Saved the embedder to model.sklocus" in fit.stderr
+    import sklocus
+
+    embedder = sklocus.load(folder / "model.sklocus")
+    assert embedder.embedding_dim == 16 and embedder.n_latents == 4
+
+
+def test_embed_writes_one_row_per_model(workspace):
+    folder, data, *_ = workspace
+    frame = pd.read_parquet(folder / "emb.parquet")
+    assert list(frame.columns[:3]) == ["model", "n_evaluations", "params"]
+    assert list(frame.columns[3:]) == [f"z{i}" for i in range(16)]
+    assert frame["model"].tolist() == data.model_names
+    assert frame["n_evaluations"].tolist() == [len(s) for s in data.evaluation_sets]
+    np.testing.assert_allclose(frame["params"], data.params_b)
+    import sklocus
+
+    embedder = sklocus.load(folder / "model.sklocus")
+    np.testing.assert_allclose(
+        frame[[f"z{i}" for i in range(16)]].to_numpy(),
+        embedder.transform(data.evaluation_sets),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_route_writes_the_choice_and_the_top_k(workspace):
+    folder, data, *_ = workspace
+    run = succeeded(
+        sklocus(
+            "route",
+            "model.sklocus",
+            "evals.csv",
+            "queries.csv",
+            "-o",
+            "routes.csv",
+            "--top-k",
+            "4",
+            "--exclude",
+            data.model_names[0],
+            "--cost-column",
+            "params",
+            "--cost-weight",
+            "0.2",
+            cwd=folder,
+        )
+    )
+    assert "Routed 25 queries among 30 models" in run.stderr
+    routes = pd.read_csv(folder / "routes.csv")
+    assert routes.columns.tolist() == ["query", "model"] + [
+        f"{kind}_{k}" for k in range(1, 5) for kind in ("model", "p")
+    ]
+    assert routes["query"].tolist() == data.query_ids[:25]
+    assert (routes["model"] == routes["model_1"]).all()
+    listed = routes[[f"model_{k}" for k in range(1, 5)]].to_numpy()
+    assert data.model_names[0] not in listed
+    assert all(len(set(row)) == 4 for row in listed)
+    p = routes[[f"p_{k}" for k in range(1, 5)]].to_numpy()
+    assert ((p > 0) & (p < 1)).all()
+
+
+def test_route_reads_a_text_file_of_queries(workspace):
+    folder, data, *_ = workspace
+    (folder / "few.txt").write_text("\n".join(data.query_ids[5:8]) + "\n")
+    succeeded(
+        sklocus(
+            "route",
+            "model.sklocus",
+            "evals.csv",
+            "few.txt",
+            "-o",
+            "few.parquet",
+            "--top-k",
+            "1",
+            cwd=folder,
+        )
+    )
+    routes = pd.read_parquet(folder / "few.parquet")
+    assert routes["query"].tolist() == data.query_ids[5:8]
+    assert set(routes["model"]) <= set(data.model_names)
+
+
+def test_neighbors_duplicates_clusters_on_the_embeddings(workspace):
+    folder, data, *_ = workspace
+    copy = int(np.flatnonzero(data.duplicate_of >= 0)[0])
+    name = data.model_names[copy]
+    run = succeeded(
+        sklocus("neighbors", "emb.parquet", "-k", "3", "--model", name, cwd=folder)
+    )
+    from io import StringIO
+
+    neighbours = pd.read_csv(StringIO(run.stdout))
+    assert neighbours.columns.tolist() == ["model", "rank", "neighbor", "distance"]
+    assert neighbours["rank"].tolist() == [1, 2, 3]
+    assert neighbours["distance"].is_monotonic_increasing
+    assert name not in set(neighbours["neighbor"])
+
+    succeeded(
+        sklocus(
+            "duplicates",
+            "emb.parquet",
+            "--threshold",
+            "0.05",
+            "-o",
+            "pairs.csv",
+            cwd=folder,
+        )
+    )
+    pairs = pd.read_csv(folder / "pairs.csv")
+    assert pairs.columns.tolist() == ["first", "second", "distance"]
+    assert (pairs["distance"] < 0.05).all()
+
+    succeeded(
+        sklocus(
+            "clusters",
+            "emb.parquet",
+            "--n-clusters",
+            "4",
+            "-o",
+            "clusters.csv",
+            cwd=folder,
+        )
+    )
+    clusters = pd.read_csv(folder / "clusters.csv")
+    assert clusters["model"].tolist() == data.model_names
+    assert sorted(clusters["cluster"].unique()) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "options, count",
+    [
+        (["--n-selected", "5"], 5),
+        (["--method", "k-medoids", "--n-selected", "3"], 3),
+        (["--method", "coverage", "--budget", "4"], 4),
+    ],
+)
+def test_select_writes_the_portfolio(workspace, options, count):
+    folder, data, *_ = workspace
+    run = succeeded(
+        sklocus("select", "emb.parquet", *options, "-o", "chosen.csv", cwd=folder)
+    )
+    chosen = pd.read_csv(folder / "chosen.csv")
+    assert chosen["rank"].tolist() == list(range(1, count + 1))
+    assert set(chosen["model"]) <= set(data.model_names)
+    assert chosen["model"].is_unique
+    assert f"Chose {count} of 30 models" in run.stderr
+
+
+def test_select_under_a_budget_of_costs(workspace):
+    folder, data, *_ = workspace
+    budget = 3 * float(np.median(data.params_b))
+    succeeded(
+        sklocus(
+            "select",
+            "emb.parquet",
+            "--method",
+            "coverage",
+            "--budget",
+            budget,
+            "--cost-column",
+            "params",
+            "-o",
+            "chosen.csv",
+            cwd=folder,
+        )
+    )
+    chosen = pd.read_csv(folder / "chosen.csv")
+    assert chosen["params"].sum() <= budget
+    cost = dict(zip(data.model_names, data.params_b))
+    np.testing.assert_allclose(chosen["params"], [cost[m] for m in chosen["model"]])
+
+
+def test_version_and_plain_help():
+    run = succeeded(sklocus("--version", cwd="."))
+    assert run.stdout.startswith("sklocus ")
+    for command in [
+        "fit",
+        "embed",
+        "route",
+        "neighbors",
+        "duplicates",
+        "clusters",
+        "select",
+        "demo",
+    ]:
+        text = succeeded(sklocus(command, "--help", cwd=".")).stdout
+        assert "usage: sklocus " + command in text
+        assert "``" not in text and ":class:" not in text
+
+
+def test_demo_quick_reports_its_table(tmp_path):
+    run = succeeded(sklocus("demo", "--quick", "--epochs", "1", cwd=tmp_path))
+    assert "120 synthetic models" in run.stdout
+    assert "LOCUS" in run.stdout and "routing" in run.stdout
+    # Not a terminal: no progress bar redraws, no colour codes.
+    assert "\r" not in run.stdout + run.stderr
+    assert "\x1b[" not in run.stdout + run.stderr
+
+
+# -- bad input: one line naming the culprit, status 2 -----------------------------
+
+
+def one_line_error(argv, cwd, capsys):
+    """Run main in this process; return its one line of error."""
+    cwd_before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as stop:
+        status = stop.code
+    finally:
+        os.chdir(cwd_before)
+    captured = capsys.readouterr()
+    assert status == 2, captured
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def bad_files(workspace):
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    broken = table.copy()
+    broken.loc[7, "score"] = 1.7
+    broken.to_csv(folder / "broken.csv", index=False)
+    stranger = table.copy()
+    stranger.loc[3, "query"] = "q-never-seen"
+    stranger.to_csv(folder / "stranger.csv", index=False)
+    (folder / "short_ids.txt").write_text("\n".join(data.query_ids[:10]))
+    (folder / "notes.json").write_text("{}")
+    emb = pd.read_parquet(folder / "emb.parquet")
+    emb.drop(columns=["z3"]).to_csv(folder / "gap.csv", index=False)
+    return folder
+
+
+VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--seed", "-1"], "argument --seed: -1 is out of range; expected from 0 to"),
-        (["--seed", "abc"], "argument --seed: 'abc' is not an integer"),
-        (["--epochs", "0"], "argument --epochs: 0 is out of range; expected from 1"),
-        (["--epochs", "1.5"], "argument --epochs: '1.5' is not an integer"),
+        (["fit", "missing.csv", "-o", "m.sklocus"], "missing.csv: no such file"),
+        (["fit", "notes.json", "-o", "m.sklocus"], "notes.json: unknown file type"),
+        (
+            ["fit", "evals.csv", "-o", "m.sklocus", "--score-column", "correct"],
+            "evals.csv: no column 'correct' (--score-column); its columns are",
+        ),
+        (
+            ["fit", "broken.csv", "-o", "m.sklocus", *VECTORS],
+            "broken.csv: row 7 (model 'model-0000') has score 1.7",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "m.sklocus", "--set", "n_latent=4"],
+            "--set n_latent: LocusEmbedder has no parameter 'n_latent'",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "m.sklocus", "--set", "max_epochs"],
+            "--set 'max_epochs': expected NAME=VALUE",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "m.sklocus", "--set", "query_encoder=x"],
+            "--set query_encoder: give it with --encoder or --query-vectors",
+        ),
+        (
+            [
+                "fit",
+                "evals.csv",
+                "-o",
+                "m.sklocus",
+                *VECTORS,
+                "--set",
+                "n_latents=many",
+            ],
+            "'n_latents' parameter of LocusEmbedder must be",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "m.sklocus", "--query-vectors", "vectors.npy"],
+            "--query-vectors needs --query-ids",
+        ),
+        (
+            [
+                "fit",
+                "evals.csv",
+                "-o",
+                "m.sklocus",
+                "--query-vectors",
+                "vectors.npy",
+                "--query-ids",
+                "short_ids.txt",
+            ],
+            "short_ids.txt lists 10 queries but vectors.npy has 150 rows",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "nowhere/m.sklocus", *VECTORS],
+            "the folder nowhere does not exist",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "m.sklocus", "--random-state", "-1"],
+            "argument --random-state: -1 is out of range",
+        ),
+        (
+            ["embed", "absent.sklocus", "evals.csv", "-o", "e.csv"],
+            "absent.sklocus: no such model file",
+        ),
+        (["embed", "evals.csv", "evals.csv", "-o", "e.csv"], "evals.csv"),
+        (
+            ["embed", "model.sklocus", "stranger.csv", "-o", "e.csv"],
+            "query 'q-never-seen'",
+        ),
+        (
+            ["embed", "model.sklocus", "evals.csv", "-o", "e.txt"],
+            "e.txt: unknown file type",
+        ),
+        (
+            [
+                "embed",
+                "model.sklocus",
+                "evals.csv",
+                "-o",
+                "e.csv",
+                "--cost-column",
+                "price",
+            ],
+            "evals.csv: no column 'price' (--cost-column)",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "queries.csv",
+                "-o",
+                "r.csv",
+                "--exclude",
+                "gpt-99",
+            ],
+            "cannot exclude 'gpt-99': the router has no such",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "queries.csv",
+                "-o",
+                "r.csv",
+                "--top-k",
+                "31",
+            ],
+            "k=31 is more than the 30 models",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "queries.csv",
+                "-o",
+                "r.csv",
+                "--cost-weight",
+                "0.5",
+            ],
+            "--cost-column and --cost-weight go together",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "queries.csv",
+                "-o",
+                "r.csv",
+                "--cost-column",
+                "params",
+                "--cost-weight",
+                "-1",
+            ],
+            "argument --cost-weight: -1 is not a finite number of at least 0",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "evals.csv",
+                "-o",
+                "r.csv",
+                "--query-column",
+                "prompt",
+            ],
+            "evals.csv: no column 'prompt'",
+        ),
+        (
+            ["neighbors", "emb.parquet", "-k", "30"],
+            "argument -k: 30 neighbours asked for, but emb.parquet has only 30",
+        ),
+        (
+            ["neighbors", "emb.parquet", "--model", "gpt-99"],
+            "argument --model: 'gpt-99' is not a model of emb.parquet",
+        ),
+        (["neighbors", "gap.csv"], "gap.csv: vector columns"),
+        (["neighbors", "evals.csv"], "evals.csv: no vector columns z0, z1"),
+        (
+            ["duplicates", "emb.parquet", "--metric", "cosine"],
+            "argument --threshold: required with --metric cosine",
+        ),
+        (
+            ["duplicates", "emb.parquet", "--threshold", "0"],
+            "argument --threshold: 0 is not a finite number above 0",
+        ),
+        (
+            ["clusters", "emb.parquet", "--n-clusters", "31"],
+            "31 clusters asked for, but emb.parquet has only 30 models",
+        ),
+        (["clusters", "emb.parquet"], "one of the arguments --n-clusters"),
+        (["select", "emb.parquet"], "argument --n-selected: required with --method"),
+        (
+            ["select", "emb.parquet", "--method", "coverage"],
+            "argument --budget: required with --method coverage",
+        ),
+        (
+            [
+                "select",
+                "emb.parquet",
+                "--method",
+                "coverage",
+                "--budget",
+                "1",
+                "--cost-column",
+                "params",
+            ],
+            "budget=1.0 is below every model's cost",
+        ),
+        (
+            [
+                "select",
+                "emb.parquet",
+                "--method",
+                "coverage",
+                "--budget",
+                "3",
+                "--cost-column",
+                "price",
+            ],
+            "emb.parquet: no column 'price'",
+        ),
+        (
+            ["select", "emb.parquet", "--n-selected", "3", "--budget", "3"],
+            "argument --budget: used by --method coverage only",
+        ),
+        (["demo", "--epochs", "0"], "argument --epochs: 0 is out of range"),
+        (["embedd"], "invalid choice: 'embedd'"),
     ],
 )
-def test_a_bad_option_is_one_line_and_status_2(argv, message, capsys):
-    with pytest.raises(SystemExit) as stop:
-        main(["demo", *argv])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert err == f"sklocus demo: error: {message}" + err.split(message, 1)[1]
-    assert err.count("\n") == 1 and "Traceback" not in err
+def test_bad_input_is_one_line_naming_it(workspace, bad_files, argv, message, capsys):
+    line = one_line_error(argv, bad_files, capsys)
+    assert line.startswith("sklocus")
+    assert message in line
 
 
-def test_the_command_line_reports_it_from_a_fresh_process():
-    run = subprocess.run(
-        [sys.executable, "-m", "sklocus", "demo", "--epochs", "-3"],
-        capture_output=True,
-        text=True,
-    )
+def test_a_user_error_in_a_fresh_process_is_one_line_and_status_2(workspace):
+    folder, *_ = workspace
+    run = sklocus("neighbors", "emb.parquet", "--model", "gpt-99", cwd=folder)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
-        "sklocus demo: error: argument --epochs: -3 is out of range; expected from 1"
+        "sklocus neighbors: error: argument --model: 'gpt-99' is not a model of "
+        "emb.parquet"
     ]

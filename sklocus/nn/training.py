@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from skorch.callbacks import Callback
+from skorch.callbacks import Callback, PrintLog
+from skorch.utils import Ansi
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -268,3 +269,16 @@ class StopOnNonFiniteLoss(Callback):
                 f"diverged. Lower the learning rates (lr={net.lr:g}) or "
                 "predictor_lr, or raise weight_decay"
             )
+
+
+class PlainPrintLog(PrintLog):
+    """skorch's table of epochs without colour codes, for logs and pipes.
+
+    skorch colours each best value with terminal escape codes, which a log file
+    keeps as noise around the numbers.
+    """
+
+    def format_row(self, row, key, color):
+        """Format one value of the table, uncoloured."""
+        value = super().format_row(row, key, color="")
+        return value.replace(Ansi.ENDC.value, "") if isinstance(value, str) else value

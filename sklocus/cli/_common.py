@@ -1,0 +1,145 @@
+"""What every subcommand shares: user errors, argument types and option groups."""
+
+from __future__ import annotations
+
+import argparse
+
+METRICS = ("euclidean", "cosine")
+
+
+class UserError(Exception):
+    """A mistake in the command line or its files, reported in one line."""
+
+
+def one_line(error):
+    """Return an exception's message on one line (a KeyError's unquoted)."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return " ".join(str(text).split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``--help`` shows the usage)."""
+
+    def error(self, message):
+        """Print ``prog: error: message`` and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def integer_in(low, high=None):
+    """Return an argparse type: an integer in [low, high] (no upper bound if None)."""
+    bounds = f"from {low}" if high is None else f"from {low} to {high}"
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not an integer; expected one {bounds}"
+            ) from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{value} is out of range; expected {bounds}"
+            )
+        return value
+
+    return parse
+
+
+def positive_number(text):
+    """Argparse type: a finite number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; expected one above 0"
+        ) from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
+    return value
+
+
+def non_negative_number(text):
+    """Argparse type: a finite number of at least zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; expected one of at least 0"
+        ) from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of at least 0")
+    return value
+
+
+def add_table_options(parser):
+    """Options that say how to read a long table of evaluations."""
+    group = parser.add_argument_group(
+        "evaluation table",
+        "EVALS is a CSV or Parquet file with one row per evaluation (model, query, "
+        "score in [0, 1]), or a folder in load_evaluations' layout (responses.parquet, "
+        "queries.parquet and optionally models.parquet and encodings_NAME.npy).",
+    )
+    group.add_argument(
+        "--model-column", default="model", metavar="COL", help="default: model"
+    )
+    group.add_argument(
+        "--query-column", default="query", metavar="COL", help="default: query"
+    )
+    group.add_argument(
+        "--score-column", default="score", metavar="COL", help="default: score"
+    )
+    group.add_argument(
+        "--text-column",
+        metavar="COL",
+        help="the query's text, which the sentence encoder encodes (default: the "
+        "query column is the text, unless vectors are given)",
+    )
+    group.add_argument(
+        "--duplicates",
+        choices=("error", "mean", "majority"),
+        default="error",
+        help="what to do with several rows for one model and query (default: error)",
+    )
+    return group
+
+
+def add_vector_options(parser):
+    """Options that give precomputed query vectors."""
+    group = parser.add_argument_group(
+        "precomputed query vectors",
+        "Instead of encoding query texts, look each query up in a matrix of vectors.",
+    )
+    group.add_argument(
+        "--query-vectors",
+        metavar="FILE.npy",
+        help="a 2-D array saved with numpy.save, one row per query",
+    )
+    group.add_argument(
+        "--query-ids",
+        metavar="FILE",
+        help="the query of each row of --query-vectors, one per line",
+    )
+    return group
+
+
+def add_output_option(parser, *, required, what):
+    """``-o/--output``: a CSV or Parquet file, chosen by its suffix."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=required,
+        metavar="FILE",
+        help=f"where to write {what} (.csv or .parquet)"
+        + ("" if required else "; default: CSV on standard output"),
+    )
+
+
+def add_metric_option(parser):
+    """``--metric``: how distances between embeddings are measured."""
+    parser.add_argument(
+        "--metric",
+        choices=METRICS,
+        default="euclidean",
+        help="distance between embeddings (default: euclidean, in units of a "
+        "typical pair of training models)",
+    )

@@ -1,0 +1,332 @@
+"""``sklocus fit``, ``embed`` and ``route``: the commands that use a trained model."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.frozen import FrozenEstimator
+
+from sklocus._embedder import LocusEmbedder
+from sklocus._persistence import load, save
+from sklocus._router import LocusRouter
+from sklocus.cli._common import (
+    UserError,
+    add_output_option,
+    add_table_options,
+    add_vector_options,
+    integer_in,
+    non_negative_number,
+)
+from sklocus.cli._tables import (
+    MODEL,
+    SIZE,
+    read_evaluations,
+    read_queries,
+    read_query_vectors,
+    write_table,
+)
+from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
+from sklocus.evaluations import to_matrix
+
+# Parameters that the command line sets through their own options, or that hold
+# Python objects a command line cannot give.
+_NOT_SETTABLE = {
+    "query_encoder": "--encoder or --query-vectors",
+    "device": "--device",
+    "random_state": "--random-state",
+    "verbose": "--quiet",
+    "callbacks": "Python",
+    "module": "Python",
+    "criterion": "Python",
+}
+
+
+def say(message):
+    """Report progress on standard error, leaving standard output to the data."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def register(commands):
+    """Add ``fit``, ``embed`` and ``route`` to the subcommands."""
+    fit = commands.add_parser(
+        "fit",
+        help="train an embedder on an evaluation table and save it",
+        description="Train a LocusEmbedder on the evaluations in EVALS and save it "
+        "with sklocus.save, a model file that loads without running code.",
+    )
+    fit.add_argument("evals", metavar="EVALS", help="the evaluations to train on")
+    add_output_option(fit, required=True, what="the model file (.sklocus)")
+    add_table_options(fit)
+    encoding = add_vector_options(fit)
+    encoding.add_argument(
+        "--encoder",
+        default="all-MiniLM-L6-v2",
+        metavar="NAME",
+        help="sentence-transformers model (name or folder) that encodes query "
+        "texts when no vectors are given (default: all-MiniLM-L6-v2, installed "
+        "with sklocus)",
+    )
+    training = fit.add_argument_group("training")
+    training.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a LocusEmbedder parameter, e.g. --set n_latents=32 --set "
+        "max_epochs=5 (repeatable; values are Python literals or text)",
+    )
+    training.add_argument(
+        "--device", default="auto", help="auto (CUDA when available), cpu, cuda..."
+    )
+    training.add_argument(
+        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
+    )
+    training.add_argument(
+        "--quiet", action="store_true", help="print no line per training epoch"
+    )
+    fit.set_defaults(run=run_fit)
+
+    embed = commands.add_parser(
+        "embed",
+        help="embed every model of an evaluation table",
+        description="Embed each model of EVALS with the trained model in MODEL "
+        "(one forward pass per model, no training) and write one row per model: "
+        "model, n_evaluations and the vector's components z0, z1, ...",
+    )
+    embed.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    embed.add_argument("evals", metavar="EVALS", help="the evaluations to embed")
+    add_output_option(embed, required=True, what="the embedding table")
+    add_table_options(embed)
+    add_vector_options(embed)
+    embed.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="also write each model's cost: the mean of this column over its rows",
+    )
+    embed.set_defaults(run=run_embed)
+
+    route = commands.add_parser(
+        "route",
+        help="choose a model from a pool for each query",
+        description="Embed the pool of models in EVALS with MODEL, then write for "
+        "each query of QUERIES the chosen model and the top-k models with their "
+        "probability of a correct answer. QUERIES is a CSV or Parquet table with "
+        "the query column (and the text column, when given), or a .txt file of one "
+        "query per line.",
+    )
+    route.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    route.add_argument("evals", metavar="EVALS", help="the pool's evaluations")
+    route.add_argument("queries", metavar="QUERIES", help="the queries to route")
+    add_output_option(route, required=True, what="the routes")
+    add_table_options(route)
+    add_vector_options(route)
+    choice = route.add_argument_group("choice")
+    choice.add_argument(
+        "--top-k", type=integer_in(1), default=3, metavar="K", help="default: 3"
+    )
+    choice.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a model that is unavailable (repeatable)",
+    )
+    choice.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="each model's cost: the mean of this column over its rows of EVALS",
+    )
+    choice.add_argument(
+        "--cost-weight",
+        type=non_negative_number,
+        metavar="W",
+        help="probability traded against the most expensive model's cost "
+        "(with --cost-column)",
+    )
+    route.set_defaults(run=run_route)
+
+
+def parse_settings(settings):
+    """``["name=value", ...]`` as parameters of ``LocusEmbedder``."""
+    known = LocusEmbedder().get_params()
+    parameters = {}
+    for setting in settings:
+        name, equals, text = setting.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise UserError(f"--set {setting!r}: expected NAME=VALUE")
+        if name in _NOT_SETTABLE:
+            raise UserError(
+                f"--set {name}: give it with {_NOT_SETTABLE[name]}, not --set"
+            )
+        if name not in known:
+            raise UserError(
+                f"--set {name}: LocusEmbedder has no parameter {name!r}; its "
+                f"parameters are {sorted(set(known) - set(_NOT_SETTABLE))}"
+            )
+        try:
+            parameters[name] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            parameters[name] = text.strip()
+    return parameters
+
+
+def run_fit(arguments):
+    """Train and save an embedder."""
+    parameters = parse_settings(arguments.set)
+    output = Path(arguments.output)
+    if not output.parent.is_dir():
+        raise UserError(f"{output}: the folder {output.parent} does not exist")
+    evaluations = read_evaluations(arguments)
+    encoder = read_query_vectors(arguments) or evaluations.encoder
+    if encoder is None:
+        encoder = SentenceEncoder(
+            model=arguments.encoder, device=arguments.device, texts=evaluations.texts
+        )
+    embedder = LocusEmbedder(
+        query_encoder=encoder,
+        device=arguments.device,
+        random_state=arguments.random_state,
+        verbose=0 if arguments.quiet else 1,
+    ).set_params(**parameters)
+    # Bad settings fail now, not after the announcement of a long training.
+    embedder._validate_params()
+    embedder._check_params()
+    n_queries = len({query for evaluation in evaluations.sets for query in evaluation})
+    say(
+        f"Training on {len(evaluations.sets)} models and {n_queries} queries "
+        f"from {evaluations.source}..."
+    )
+    start = time.perf_counter()
+    embedder.fit(evaluations.sets)
+    elapsed = time.perf_counter() - start
+    say(_training_summary(embedder, elapsed))
+    save(embedder, output)
+    say(f"Saved the embedder to {output} ({output.stat().st_size / 2**20:.1f} MiB).")
+    return 0
+
+
+def _training_summary(embedder, elapsed):
+    history = embedder.history_
+    epochs = len(history)
+    text = f"Trained in {elapsed:.0f} s, {epochs} epoch{'s' * (epochs != 1)}"
+    losses = [row.get("valid_loss") for row in history]
+    if any(loss is not None for loss in losses):
+        best = int(np.nanargmin([np.nan if v is None else v for v in losses]))
+        text += (
+            f"; best validation loss {losses[best]:.4f} at epoch {best + 1} (kept), "
+            f"training loss {history[-1]['train_loss']:.4f} at the last"
+        )
+    else:
+        text += f"; training loss {history[-1]['train_loss']:.4f} at the last"
+    return text + "."
+
+
+def load_embedder(path):
+    """Load the fitted embedder saved in the model file at ``path``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such model file")
+    embedder = load(path)
+    if not isinstance(embedder, LocusEmbedder):
+        raise UserError(
+            f"{path} holds a {type(embedder).__name__}; expected a LocusEmbedder "
+            "saved by sklocus fit"
+        )
+    if not hasattr(embedder, "net_"):
+        raise UserError(f"{path} holds an embedder that was never fitted")
+    return embedder
+
+
+def _teach_queries(embedder, arguments, evaluations):
+    """Let the embedder's encoder encode the queries that came with the input.
+
+    Vectors from ``--query-vectors`` or from a data folder join those of a
+    precomputed encoder (new ones win); texts join a sentence encoder's.
+    """
+    lookup = read_query_vectors(arguments) or evaluations.encoder
+    encoder = embedder.query_encoder_
+    if isinstance(lookup, PrecomputedEncoder):
+        vectors = np.asarray(lookup.vectors)
+        if vectors.shape[1] != embedder.query_dim_:
+            source = arguments.query_vectors or evaluations.source
+            raise UserError(
+                f"{source}: query vectors have {vectors.shape[1]} dimensions but the "
+                f"model was trained on {embedder.query_dim_}-dimensional ones"
+            )
+        if isinstance(encoder, PrecomputedEncoder):
+            new = set(lookup.queries)
+            kept = [i for i, q in enumerate(encoder.queries) if q not in new]
+            lookup = PrecomputedEncoder(
+                [encoder.queries[i] for i in kept] + list(lookup.queries),
+                np.vstack([np.asarray(encoder.vectors)[kept], vectors]),
+            )
+        embedder.query_encoder_ = lookup.fit()
+    elif isinstance(encoder, SentenceEncoder) and evaluations.texts:
+        encoder.set_params(texts={**(encoder.texts or {}), **evaluations.texts})
+
+
+def run_embed(arguments):
+    """Embed every model of a table."""
+    embedder = load_embedder(arguments.model)
+    evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
+    _teach_queries(embedder, arguments, evaluations)
+    Z = embedder.transform(evaluations.sets)
+    frame = pd.DataFrame(
+        {
+            MODEL: evaluations.model_names,
+            SIZE: [len(evaluation) for evaluation in evaluations.sets],
+        }
+    )
+    if evaluations.costs is not None:
+        frame[arguments.cost_column] = evaluations.costs.loc[
+            evaluations.model_names
+        ].to_numpy()
+    vectors = pd.DataFrame(Z, columns=[f"z{i}" for i in range(Z.shape[1])])
+    frame = pd.concat([frame, vectors], axis=1)
+    write_table(frame, arguments.output)
+    say(
+        f"Embedded {len(frame)} models in {Z.shape[1]} dimensions to "
+        f"{arguments.output}."
+    )
+    return 0
+
+
+def run_route(arguments):
+    """Route each query to a model of the pool."""
+    if (arguments.cost_column is None) != (arguments.cost_weight is None):
+        raise UserError(
+            "--cost-column and --cost-weight go together: the costs, and how much "
+            "probability to trade for them"
+        )
+    embedder = load_embedder(arguments.model)
+    evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
+    _teach_queries(embedder, arguments, evaluations)
+    ids, queries = read_queries(
+        arguments.queries, arguments.query_column, arguments.text_column
+    )
+    scores, pool_queries = to_matrix(evaluations.sets)
+    Y = pd.DataFrame(scores.T, columns=evaluations.model_names)
+    router = LocusRouter(
+        FrozenEstimator(embedder), cost_weight=arguments.cost_weight or 0.0
+    )
+    costs = evaluations.costs
+    router.fit(pool_queries, Y, cost=None if costs is None else costs)
+    models, probabilities = router.rank_models(
+        queries, k=arguments.top_k, exclude=arguments.exclude or None
+    )
+    frame = pd.DataFrame({"query": ids, "model": models[:, 0]})
+    for rank in range(models.shape[1]):
+        frame[f"model_{rank + 1}"] = models[:, rank]
+        frame[f"p_{rank + 1}"] = probabilities[:, rank]
+    write_table(frame, arguments.output)
+    say(
+        f"Routed {len(frame)} queries among {len(router.classes_)} models to "
+        f"{arguments.output}."
+    )
+    return 0

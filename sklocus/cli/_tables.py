@@ -1,0 +1,312 @@
+"""Read and write the command line's files.
+
+The one reader of evaluation tables, query vectors, embedding tables and costs,
+and the one writer of outputs.
+
+Model names and query ids are read as text, whatever the file stores, so that a
+query id ``7`` in a CSV file and ``"7"`` in a list of ids are the same query.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sklocus.cli._common import UserError, one_line
+from sklocus.datasets import load_evaluations
+from sklocus.encoders import PrecomputedEncoder
+from sklocus.evaluations import from_long
+
+_CSV = (".csv", ".csv.gz")
+_PARQUET = (".parquet", ".pq")
+
+# Columns of an embedding table besides the vector's z0, z1, ...
+MODEL, SIZE = "model", "n_evaluations"
+
+
+@dataclass
+class Evaluations:
+    """Evaluation sets read from EVALS, with what came along with them."""
+
+    sets: list
+    model_names: list
+    source: Path
+    texts: dict | None = None
+    costs: pd.Series | None = None
+    encoder: object = None  # a folder brings its own query encodings
+
+
+def _kind(path):
+    name = path.name.lower()
+    if name.endswith(_CSV):
+        return "csv"
+    if name.endswith(_PARQUET):
+        return "parquet"
+    raise UserError(
+        f"{path}: unknown file type; expected a .csv, .csv.gz, .parquet or .pq file"
+    )
+
+
+def _existing(path, what):
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such {what}")
+    return path
+
+
+def read_table(path, *, text_columns=()):
+    """Read a CSV or Parquet file; ``text_columns`` are read as text."""
+    path = _existing(path, "file")
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; expected a .csv or .parquet file")
+    kind = _kind(path)
+    try:
+        if kind == "csv":
+            frame = pd.read_csv(path, dtype={c: str for c in text_columns})
+        else:
+            frame = pd.read_parquet(path)
+    except (OSError, ValueError, pd.errors.ParserError) as error:
+        raise UserError(f"{path}: cannot be read as {kind.upper()}: {error}") from None
+    for column in text_columns:
+        if column in frame.columns:
+            values = frame[column]
+            frame[column] = values.where(values.isna(), values.astype(str))
+    return frame
+
+
+def require_columns(frame, columns, path):
+    """Fail with the table's columns when one of ``columns`` is missing."""
+    for option, column in columns.items():
+        if column not in frame.columns:
+            raise UserError(
+                f"{path}: no column {column!r} ({option}); its columns are "
+                f"{list(frame.columns)}"
+            )
+
+
+def write_table(frame, path):
+    """Write ``frame`` as CSV or Parquet by the suffix of ``path``, or CSV to stdout.
+
+    Returns the path written, or None for standard output.
+    """
+    if path is None:
+        frame.to_csv(sys.stdout, index=False)
+        return None
+    path = Path(path)
+    kind = _kind(path)
+    if not path.parent.is_dir():
+        raise UserError(f"{path}: the folder {path.parent} does not exist")
+    if kind == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return path
+
+
+def per_model_mean(frame, model_column, column, path):
+    """Mean of a numeric ``column`` over each model's rows, as a Series by model."""
+    require_columns(frame, {"--cost-column": column}, path)
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() | ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        row = frame.index[int(np.argmax(bad.to_numpy()))]
+        raise UserError(
+            f"{path}: row {row} has {column}={frame[column].loc[row]!r}; costs must "
+            "be finite numbers of at least 0"
+        )
+    return values.groupby(frame[model_column], sort=False).mean()
+
+
+def read_evaluations(arguments, *, cost_column=None):
+    """Read EVALS as the table options of ``arguments`` say."""
+    path = _existing(arguments.evals, "file or folder")
+    if path.is_dir():
+        return _read_folder(path, arguments, cost_column)
+    model, query = arguments.model_column, arguments.query_column
+    frame = read_table(path, text_columns=(model, query))
+    columns = {"--model-column": model, "--query-column": query}
+    columns["--score-column"] = arguments.score_column
+    if arguments.text_column is not None:
+        columns["--text-column"] = arguments.text_column
+    require_columns(frame, columns, path)
+    try:
+        sets, names = from_long(
+            frame,
+            model=model,
+            query=query,
+            score=arguments.score_column,
+            duplicates=arguments.duplicates,
+        )
+    except (KeyError, ValueError, TypeError) as error:
+        raise UserError(f"{path}: {one_line(error)}") from None
+    evaluations = Evaluations(sets, names, path)
+    if arguments.text_column is not None:
+        evaluations.texts = _texts(frame, query, arguments.text_column, path)
+    if cost_column is not None:
+        evaluations.costs = per_model_mean(frame, model, cost_column, path)
+    return evaluations
+
+
+def _read_folder(path, arguments, cost_column):
+    if arguments.text_column is not None:
+        raise UserError(
+            f"{path} is a folder, whose queries.parquet gives the texts; leave out "
+            "--text-column"
+        )
+    if cost_column is not None:
+        raise UserError(
+            f"{path} is a folder; --cost-column reads a column of a long table"
+        )
+    encoder = getattr(arguments, "encoder", None) or "all-MiniLM-L6-v2"
+    try:
+        data = load_evaluations(path, encoder=encoder)
+    except (KeyError, ValueError, OSError) as error:
+        raise UserError(one_line(error)) from None
+    names = [str(name) for name in data.model_names]
+    sets = [
+        {str(query): score for query, score in evaluations.items()}
+        for evaluations in data.evaluation_sets
+    ]
+    texts = dict(zip(data.queries["query_id"].astype(str), data.queries["query"]))
+    encoder = data.encoder
+    if isinstance(encoder, PrecomputedEncoder):
+        encoder = PrecomputedEncoder(
+            [str(q) for q in encoder.queries], np.asarray(encoder.vectors)
+        )
+    return Evaluations(sets, names, path, texts=texts, encoder=encoder)
+
+
+def _texts(frame, query, text, path):
+    """Each query's text; one query must not carry two texts."""
+    pairs = frame[[query, text]].dropna(subset=[text]).drop_duplicates()
+    repeated = pairs[query].duplicated()
+    if repeated.any():
+        name = pairs[query][repeated].iloc[0]
+        raise UserError(
+            f"{path}: query {name!r} has more than one text in column {text!r}"
+        )
+    return dict(zip(pairs[query], pairs[text].astype(str)))
+
+
+def read_query_vectors(arguments):
+    """Return the lookup of --query-vectors and --query-ids, or None if not given."""
+    vectors_path, ids_path = arguments.query_vectors, arguments.query_ids
+    if vectors_path is None and ids_path is None:
+        return None
+    if vectors_path is None or ids_path is None:
+        given, missing = (
+            ("--query-vectors", "--query-ids")
+            if ids_path is None
+            else ("--query-ids", "--query-vectors")
+        )
+        raise UserError(f"{given} needs {missing}: the query of each row")
+    vectors_path = _existing(vectors_path, "file")
+    try:
+        vectors = np.load(vectors_path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise UserError(
+            f"{vectors_path}: not an array saved with numpy.save ({error})"
+        ) from None
+    if vectors.ndim != 2 or vectors.dtype.kind not in "iuf":
+        raise UserError(
+            f"{vectors_path}: holds a {vectors.dtype} array of shape {vectors.shape}; "
+            "expected a 2-D array of numbers, one row per query"
+        )
+    ids_path = _existing(ids_path, "file")
+    ids = ids_path.read_text(encoding="utf-8").splitlines()
+    while ids and not ids[-1].strip():
+        ids.pop()
+    if len(ids) != len(vectors):
+        raise UserError(
+            f"{ids_path} lists {len(ids)} queries but {vectors_path} has "
+            f"{len(vectors)} rows; give one query per row"
+        )
+    try:
+        encoder = PrecomputedEncoder(ids, vectors).fit()
+    except ValueError as error:
+        raise UserError(f"{ids_path}: {one_line(error)}") from None
+    return encoder
+
+
+def read_embeddings(path):
+    """Read an embedding table written by ``sklocus embed``.
+
+    Returns ``(frame, names, Z)``: the table, its model names and its vectors.
+    """
+    frame = read_table(path, text_columns=(MODEL,))
+    require_columns(frame, {"the embedding table": MODEL}, path)
+    vector = [c for c in frame.columns if _is_vector_column(c)]
+    if not vector:
+        raise UserError(
+            f"{path}: no vector columns z0, z1, ...; expected a table written by "
+            "sklocus embed"
+        )
+    vector.sort(key=lambda c: int(c[1:]))
+    if vector != [f"z{i}" for i in range(len(vector))]:
+        raise UserError(
+            f"{path}: vector columns {vector[:3]}... skip a number; expected z0 to "
+            f"z{len(vector) - 1}"
+        )
+    if len(frame) == 0:
+        raise UserError(f"{path}: the table has no rows; expected one per model")
+    names = frame[MODEL]
+    if names.isna().any():
+        raise UserError(f"{path}: row {int(np.argmax(names.isna()))} has no model")
+    if not names.is_unique:
+        raise UserError(f"{path}: model {names[names.duplicated()].iloc[0]!r} repeats")
+    try:
+        Z = frame[vector].to_numpy(dtype=np.float64)
+    except ValueError as error:
+        raise UserError(
+            f"{path}: the vector columns must hold numbers ({error})"
+        ) from None
+    if not np.isfinite(Z).all():
+        row = int(np.argmax(~np.isfinite(Z).all(axis=1)))
+        raise UserError(
+            f"{path}: the vector of model {names.iloc[row]!r} is not finite"
+        )
+    return frame, names.tolist(), Z
+
+
+def _is_vector_column(column):
+    return isinstance(column, str) and column[:1] == "z" and column[1:].isdigit()
+
+
+def read_queries(path, query_column, text_column):
+    """Read the queries to route: a table, or a text file of one query per line.
+
+    Returns ``(ids, queries)``: what identifies each query in the output, and what
+    the encoder is given (its text when a text column is named, else its id).
+    """
+    path = _existing(path, "file")
+    if path.name.lower().endswith(".txt") and not path.is_dir():
+        if text_column is not None:
+            raise UserError(
+                f"{path}: a text file has no columns; leave out --text-column"
+            )
+        lines = path.read_text(encoding="utf-8").splitlines()
+        queries = [line for line in lines if line.strip()]
+        if not queries:
+            raise UserError(f"{path}: no queries; expected one per line")
+        return queries, queries
+    frame = read_table(path, text_columns=(query_column,))
+    columns = {"--query-column": query_column}
+    if text_column is not None:
+        columns["--text-column"] = text_column
+    require_columns(frame, columns, path)
+    if len(frame) == 0:
+        raise UserError(f"{path}: the table has no rows; expected one per query")
+    for column in columns.values():
+        missing = frame[column].isna().to_numpy()
+        if missing.any():
+            raise UserError(
+                f"{path}: row {int(np.argmax(missing))} has no value in column "
+                f"{column!r}"
+            )
+    ids = frame[query_column].tolist()
+    texts = ids if text_column is None else frame[text_column].astype(str).tolist()
+    return ids, texts
