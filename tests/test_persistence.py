@@ -16,6 +16,7 @@ from safetensors import safe_open
 from safetensors import torch as safetensors_torch
 from safetensors.numpy import save_file
 from sklearn.base import clone
+from sklearn.frozen import FrozenEstimator
 from skorch.callbacks import EpochTimer
 from tiny import TINY_NETWORK, TINY_POOL
 
@@ -152,6 +153,25 @@ def test_loaded_estimators_keep_their_parameters_and_attributes(fitted, tmp_path
         router.embedder_.history_[-1]["train_loss"]
         == (fitted["router"].embedder_.history_[-1]["train_loss"])
     )
+
+
+def test_a_router_over_a_frozen_embedder_round_trips(fitted, data, tmp_path):
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    router = LocusRouter(FrozenEstimator(fitted["embedder"])).fit(queries, Y)
+    sklocus.save(router, tmp_path / "router")
+    loaded = sklocus.load(tmp_path / "router")
+    assert isinstance(loaded.embedder_, FrozenEstimator)
+    assert isinstance(loaded.embedder_.estimator, LocusEmbedder)
+    np.testing.assert_array_equal(loaded.embeddings_, router.embeddings_)
+    np.testing.assert_array_equal(
+        loaded.predict_correctness(queries[:20]),
+        router.predict_correctness(queries[:20]),
+    )
+    # Only an embedder may be frozen inside a model file.
+    sklocus.save(FrozenEstimator(KCenterSelector()), tmp_path / "other")
+    with pytest.raises(ModelFileError, match=r"estimator is a KCenterSelector"):
+        sklocus.load(tmp_path / "other")
 
 
 def test_an_unfitted_estimator_round_trips(tmp_path):

@@ -53,8 +53,9 @@ def save(estimator, path):
     Parameters
     ----------
     estimator : LocusEmbedder, LocusRouter or selector, fitted or not
-        Also :class:`~sklocus.encoders.SentenceEncoder` and
-        :class:`~sklocus.encoders.PrecomputedEncoder`. A ``SentenceEncoder`` is
+        Also :class:`~sklocus.encoders.SentenceEncoder`,
+        :class:`~sklocus.encoders.PrecomputedEncoder`, and a router's embedder
+        wrapped in :class:`~sklearn.frozen.FrozenEstimator`. A ``SentenceEncoder`` is
         stored by its settings: loading needs the same sentence-transformers model
         on that machine.
     path : str or path-like

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.frozen import FrozenEstimator
 from skorch import NeuralNet
 
 from sklocus._embedder import LocusEmbedder
@@ -59,7 +60,7 @@ FITTED = {
         "net_": NeuralNet,
     },
     LocusRouter: {
-        "embedder_": LocusEmbedder,
+        "embedder_": (LocusEmbedder, FrozenEstimator),
         "embeddings_": FLOATS_2D,
         "classes_": Array("iuOU", 1),
         "cost_": (Array("f", 1), NONE),
@@ -69,6 +70,9 @@ FITTED = {
     CoverageGreedySelector: {**_SELECTED, "coverage_": float, "total_cost_": float},
     SentenceEncoder: {},
     PrecomputedEncoder: {},
+    # A router routes with a trained embedder as it is when it holds it frozen;
+    # FrozenEstimator keeps no state of its own.
+    FrozenEstimator: {},
 }
 # Fitted attributes that files of an older format lack, with the value that
 # reproduces what those files did.
@@ -78,8 +82,9 @@ OPTIONAL = {"feature_names_in_": Array("OU", 1)}
 CLASSES = {cls.__name__: cls for cls in FITTED}
 # Parameters and attributes that hold an estimator, and the classes it may be.
 NESTED = {
-    "embedder": (LocusEmbedder, NONE),
-    "embedder_": (LocusEmbedder,),
+    "embedder": (LocusEmbedder, FrozenEstimator, NONE),
+    "embedder_": (LocusEmbedder, FrozenEstimator),
+    "estimator": (LocusEmbedder,),  # FrozenEstimator's
     "query_encoder": (SentenceEncoder, PrecomputedEncoder, str),
     "query_encoder_": (SentenceEncoder, PrecomputedEncoder),
 }
