@@ -15,7 +15,13 @@ from sklocus.geometry import nearest_models
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 # --quick: a smaller pool and shorter training, for a first look in under a minute.
-QUICK = {"n_models": 120, "n_new": 20, "n_queries": 800, "max_epochs": 2}
+QUICK = {
+    "n_models": 120,
+    "n_new": 20,
+    "n_queries": 800,
+    "max_epochs": 3,
+    "epoch_size": 1024,
+}
 
 
 def register(commands):
@@ -70,7 +76,15 @@ def _relation(data, i, j):
     return ""
 
 
-def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=4, seed=0, out=sys.stdout):
+def demo(
+    n_models=240,
+    n_new=40,
+    n_queries=1500,
+    max_epochs=4,
+    epoch_size=4096,
+    seed=0,
+    out=sys.stdout,
+):
     """Train on synthetic models, onboard new ones, and report how well it works.
 
     Parameters
@@ -82,8 +96,9 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=4, seed=0, out=sys.s
     n_queries : int, default=1500
         Queries generated; a fifth are test queries never used to embed.
     max_epochs : int, default=4
-        Training epochs, each of 4,096 model draws (the embedder's default
-        ``epoch_size``); early stopping may end sooner.
+        Training epochs; early stopping may end sooner.
+    epoch_size : int, default=4096
+        Model draws per epoch (the embedder's default).
     seed : int, default=0
         Seeds the data and the training.
     out : file, default=sys.stdout
@@ -116,7 +131,11 @@ def demo(n_models=240, n_new=40, n_queries=1500, max_epochs=4, seed=0, out=sys.s
         "Training the LOCUS set encoder and predictor...",
     )
     embedder = LocusEmbedder(
-        query_encoder=data.encoder, max_epochs=max_epochs, random_state=seed, verbose=1
+        query_encoder=data.encoder,
+        max_epochs=max_epochs,
+        epoch_size=epoch_size,
+        random_state=seed,
+        verbose=1,
     )
     start = time.perf_counter()
     embedder.fit(train_sets[: n_models - n_new])
