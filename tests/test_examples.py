@@ -1,0 +1,114 @@
+"""Every example runs to the end in a fresh process and prints what it promises.
+
+Each script of examples/ (Python, and shell scripts through bash) runs in a
+subprocess from an empty temporary folder, offline; a new example is picked up by
+the glob below. Where it is cheap, a script's output is checked for the result its
+prose describes.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SCRIPTS = sorted(EXAMPLES.glob("*.py")) + sorted(EXAMPLES.glob("*.sh"))
+# Far above any example's run time: a hung example fails instead of stalling.
+TIMEOUT_S = 600
+
+pytestmark = pytest.mark.examples
+
+
+def _number(output, label):
+    """The number printed after ``label`` on a line of ``output``."""
+    match = re.search(re.escape(label) + r"\s*(-?[0-9.]+)", output)
+    assert match, f"no line with {label!r} in the output:\n{output}"
+    return float(match.group(1))
+
+
+def _routes_beat_the_best_model(output):
+    routed = _number(output, "expected accuracy, routed:")
+    assert routed > _number(output, "expected accuracy, best model:")
+    assert routed <= _number(output, "expected accuracy, oracle:")
+    assert "embeddings: (120, 32)" in output
+
+
+def _served_routes_match(output):
+    assert "same routes in both processes: True" in output
+
+
+def _onboarded_predictions_beat_the_baseline(output):
+    row = re.search(r"^accuracy\s+([0-9.]+)\s+([0-9.]+)$", output, re.MULTILINE)
+    assert row, output
+    assert float(row.group(1)) > float(row.group(2))
+    assert "router models: 120" in output
+
+
+def _greedy_portfolio_fits_the_budget(output):
+    row = re.search(r"^coverage greedy\s+(\d+)\s+([0-9.]+)", output, re.MULTILINE)
+    assert row, output
+    assert float(row.group(2)) <= _number(output, "budget:")
+
+
+def _fallback_moves_only_the_lost_queries(output):
+    assert "queries of other models that changed route: 0" in output
+
+
+def _search_names_a_best_setting(output):
+    assert re.search(r"best: \{'n_latents': (4|16)\}", output), output
+
+
+CHECKS = {
+    "quick_start.py": _routes_beat_the_best_model,
+    "table_to_saved_router.py": _served_routes_match,
+    "onboarding_new_models.py": _onboarded_predictions_beat_the_baseline,
+    "portfolio_under_budget.py": _greedy_portfolio_fits_the_budget,
+    "substitutes_and_fallback.py": _fallback_moves_only_the_lost_queries,
+    "grid_search_n_latents.py": _search_names_a_best_setting,
+}
+
+
+def _environment():
+    env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    # The venv's bin first: shell examples call `sklocus` and `python` from it.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    # On a machine whose cores are shared with other jobs, torch's two intra-op
+    # threads per process spin against each other and a fit can take ten times
+    # as long, while the checks below hold with either. A value already set
+    # wins.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def test_there_are_examples():
+    assert any(path.suffix == ".py" for path in SCRIPTS)
+    assert (EXAMPLES / "README.rst").is_file()
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+def test_example_runs(script, tmp_path):
+    command = (
+        ["bash", str(script)]
+        if script.suffix == ".sh"
+        else [sys.executable, str(script)]
+    )
+    run = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert run.returncode == 0, (
+        f"{script.name} exited with {run.returncode}\n"
+        f"--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}"
+    )
+    if script.suffix == ".py":  # they write only to temporary folders of their own
+        assert list(tmp_path.iterdir()) == [], f"{script.name} wrote to its folder"
+    check = CHECKS.get(script.name)
+    if check is not None:
+        check(run.stdout)
