@@ -1,7 +1,8 @@
 """Read evaluations stored in sklocus's on-disk format.
 
-The format is a folder of Parquet files (the layout of the Open LLM Leaderboard data
-that ships beside sklocus's sources):
+The format is a folder of Parquet files, the layout in which the benchmarks read
+the Open LLM Leaderboard evaluations of 5,949 models on 1,075 queries (licence CC
+BY-NC-SA 4.0; not distributed with sklocus):
 
 ``responses.parquet`` (required)
     Long table, one row per evaluation: ``model`` (str), ``query_id`` (str or int),

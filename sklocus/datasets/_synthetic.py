@@ -111,8 +111,11 @@ def make_evaluations(
         evaluation_sets : list of dict
             One ``{query_id: score}`` dict per model, scores 0.0 or 1.0.
         model_names : list of str
+            The name of each model, ``"model-0000"`` onwards.
         query_ids : list of str
+            The id of each query, ``"q00000"`` onwards.
         query_vectors : ndarray of shape (n_queries, query_dim), float32
+            The vector of each query, in the order of ``query_ids``.
         encoder : PrecomputedEncoder
             Maps ``query_ids`` to ``query_vectors``.
         benchmarks : ndarray of shape (n_queries,), int
