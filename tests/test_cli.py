@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sklocus import load as load_model_file
 from sklocus.cli import main
 from sklocus.datasets import make_evaluations
 
@@ -26,6 +27,20 @@ def sklocus(*argv, cwd):
         cwd=cwd,
         env=env,
     )
+
+
+def in_process(*argv, cwd, capsys):
+    """Run main in this process, as the command line would (the quicker way)."""
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as stop:
+        status = stop.code
+    finally:
+        os.chdir(before)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, status, captured.out, captured.err)
 
 
 def succeeded(run):
@@ -79,9 +94,7 @@ def test_fit_saves_a_model_file_and_summarises_training(workspace):
     assert "Training on 30 models and 150 queries" in fit.stderr
     assert "Trained in" in fit.stderr and "1 epoch" in fit.stderr
     assert "Saved the embedder to model.sklocus" in fit.stderr
-    import sklocus
-
-    embedder = sklocus.load(folder / "model.sklocus")
+    embedder = load_model_file(folder / "model.sklocus")
     assert embedder.embedding_dim == 16 and embedder.n_latents == 4
 
 
@@ -93,9 +106,7 @@ def test_embed_writes_one_row_per_model(workspace):
     assert frame["model"].tolist() == data.model_names
     assert frame["n_evaluations"].tolist() == [len(s) for s in data.evaluation_sets]
     np.testing.assert_allclose(frame["params"], data.params_b)
-    import sklocus
-
-    embedder = sklocus.load(folder / "model.sklocus")
+    embedder = load_model_file(folder / "model.sklocus")
     np.testing.assert_allclose(
         frame[[f"z{i}" for i in range(16)]].to_numpy(),
         embedder.transform(data.evaluation_sets),
@@ -139,11 +150,11 @@ def test_route_writes_the_choice_and_the_top_k(workspace):
     assert ((p > 0) & (p < 1)).all()
 
 
-def test_route_reads_a_text_file_of_queries(workspace):
+def test_route_reads_a_text_file_of_queries(workspace, capsys):
     folder, data, *_ = workspace
     (folder / "few.txt").write_text("\n".join(data.query_ids[5:8]) + "\n")
     succeeded(
-        sklocus(
+        in_process(
             "route",
             "model.sklocus",
             "evals.csv",
@@ -153,6 +164,7 @@ def test_route_reads_a_text_file_of_queries(workspace):
             "--top-k",
             "1",
             cwd=folder,
+            capsys=capsys,
         )
     )
     routes = pd.read_parquet(folder / "few.parquet")
@@ -207,17 +219,20 @@ def test_neighbors_duplicates_clusters_on_the_embeddings(workspace):
 
 
 @pytest.mark.parametrize(
-    "options, count",
+    "options, count, fresh",
     [
-        (["--n-selected", "5"], 5),
-        (["--method", "k-medoids", "--n-selected", "3"], 3),
-        (["--method", "coverage", "--budget", "4"], 4),
+        (["--n-selected", "5"], 5, True),
+        (["--method", "k-medoids", "--n-selected", "3"], 3, False),
+        (["--method", "coverage", "--budget", "4"], 4, False),
     ],
 )
-def test_select_writes_the_portfolio(workspace, options, count):
+def test_select_writes_the_portfolio(workspace, options, count, fresh, capsys):
     folder, data, *_ = workspace
+    argv = ("select", "emb.parquet", *options, "-o", "chosen.csv")
     run = succeeded(
-        sklocus("select", "emb.parquet", *options, "-o", "chosen.csv", cwd=folder)
+        sklocus(*argv, cwd=folder)
+        if fresh
+        else in_process(*argv, cwd=folder, capsys=capsys)
     )
     chosen = pd.read_csv(folder / "chosen.csv")
     assert chosen["rank"].tolist() == list(range(1, count + 1))
@@ -226,11 +241,11 @@ def test_select_writes_the_portfolio(workspace, options, count):
     assert f"Chose {count} of 30 models" in run.stderr
 
 
-def test_select_under_a_budget_of_costs(workspace):
+def test_select_under_a_budget_of_costs(workspace, capsys):
     folder, data, *_ = workspace
     budget = 3 * float(np.median(data.params_b))
     succeeded(
-        sklocus(
+        in_process(
             "select",
             "emb.parquet",
             "--method",
@@ -242,6 +257,7 @@ def test_select_under_a_budget_of_costs(workspace):
             "-o",
             "chosen.csv",
             cwd=folder,
+            capsys=capsys,
         )
     )
     chosen = pd.read_csv(folder / "chosen.csv")
@@ -250,7 +266,77 @@ def test_select_under_a_budget_of_costs(workspace):
     np.testing.assert_allclose(chosen["params"], [cost[m] for m in chosen["model"]])
 
 
-def test_version_and_plain_help():
+def test_a_load_evaluations_folder_with_its_encodings(workspace, tmp_path, capsys):
+    _, data, *_ = workspace
+    rows = [
+        (name, query, score)
+        for name, evaluations in zip(data.model_names, data.evaluation_sets)
+        for query, score in evaluations.items()
+    ]
+    responses = pd.DataFrame(rows, columns=["model", "query_id", "score"])
+    responses.to_parquet(tmp_path / "responses.parquet")
+    queries = pd.DataFrame(
+        {"query_id": data.query_ids, "query": [f"text {q}" for q in data.query_ids]}
+    )
+    queries.to_parquet(tmp_path / "queries.parquet")
+    np.save(tmp_path / "encodings_all-MiniLM-L6-v2.npy", data.query_vectors)
+    fit = in_process(
+        "fit", ".", "-o", "model.sklocus", *TINY, cwd=tmp_path, capsys=capsys
+    )
+    succeeded(fit)
+    embed = ("embed", "model.sklocus", ".", "-o", "emb.csv")
+    succeeded(in_process(*embed, cwd=tmp_path, capsys=capsys))
+    frame = pd.read_csv(tmp_path / "emb.csv")
+    assert frame["model"].tolist() == data.model_names
+    assert frame.shape == (30, 2 + 16)
+
+
+def test_query_texts_are_encoded_and_new_ones_routed(workspace, capsys):
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    table["prompt"] = "Question " + table["query"] + ": what is the answer?"
+    table.to_csv(folder / "texts.csv", index=False)
+    new = pd.DataFrame(
+        {"query": ["new-1", "new-2"], "prompt": ["Name a prime.", "What is 2 + 2?"]}
+    )
+    new.to_csv(folder / "new.csv", index=False)
+    succeeded(
+        in_process(
+            "fit",
+            "texts.csv",
+            "-o",
+            "texts.sklocus",
+            "--text-column",
+            "prompt",
+            *TINY,
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    encoder = load_model_file(folder / "texts.sklocus").query_encoder_
+    assert encoder.texts[data.query_ids[0]].startswith("Question q00000")
+    succeeded(
+        in_process(
+            "route",
+            "texts.sklocus",
+            "texts.csv",
+            "new.csv",
+            "-o",
+            "new_routes.csv",
+            "--text-column",
+            "prompt",
+            "--top-k",
+            "2",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    routes = pd.read_csv(folder / "new_routes.csv")
+    assert routes["query"].tolist() == ["new-1", "new-2"]
+    assert set(routes["model_2"]) <= set(data.model_names)
+
+
+def test_version_and_plain_help(capsys):
     run = succeeded(sklocus("--version", cwd="."))
     assert run.stdout.startswith("sklocus ")
     for command in [
@@ -263,7 +349,7 @@ def test_version_and_plain_help():
         "select",
         "demo",
     ]:
-        text = succeeded(sklocus(command, "--help", cwd=".")).stdout
+        text = succeeded(in_process(command, "--help", cwd=".", capsys=capsys)).stdout
         assert "usage: sklocus " + command in text
         assert "``" not in text and ":class:" not in text
 
@@ -282,18 +368,10 @@ def test_demo_quick_reports_its_table(tmp_path):
 
 def one_line_error(argv, cwd, capsys):
     """Run main in this process; return its one line of error."""
-    cwd_before = os.getcwd()
-    os.chdir(cwd)
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as stop:
-        status = stop.code
-    finally:
-        os.chdir(cwd_before)
-    captured = capsys.readouterr()
-    assert status == 2, captured
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    run = in_process(*argv, cwd=cwd, capsys=capsys)
+    assert run.returncode == 2, run
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
     return lines[0]
 
 

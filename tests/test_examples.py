@@ -75,11 +75,6 @@ def _environment():
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     # The venv's bin first: shell examples call `sklocus` and `python` from it.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
-    # On a machine whose cores are shared with other jobs, torch's two intra-op
-    # threads per process spin against each other and a fit can take ten times
-    # as long, while the checks below hold with either. A value already set
-    # wins.
-    env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 

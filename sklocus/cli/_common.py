@@ -45,30 +45,26 @@ def integer_in(low, high=None):
     return parse
 
 
-def positive_number(text):
-    """Argparse type: a finite number above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number; expected one above 0"
-        ) from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
-    return value
+def number_from(low, *, inclusive):
+    """Return an argparse type: a finite number above ``low`` (or equal to it)."""
+    bound = f"of at least {low}" if inclusive else f"above {low}"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number; expected one {bound}"
+            ) from None
+        if not (value >= low if inclusive else value > low) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number {bound}")
+        return value
+
+    return parse
 
 
-def non_negative_number(text):
-    """Argparse type: a finite number of at least zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number; expected one of at least 0"
-        ) from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number of at least 0")
-    return value
+positive_number = number_from(0, inclusive=False)
+non_negative_number = number_from(0, inclusive=True)
 
 
 def add_table_options(parser):
