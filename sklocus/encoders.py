@@ -10,6 +10,7 @@ sklocus provides two:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import numbers
 import os
@@ -76,6 +77,21 @@ def _warn_if_ids(texts):
         UserWarning,
         stacklevel=3,
     )
+
+
+@contextlib.contextmanager
+def _quiet_loading():
+    """Load a model without transformers' progress bar when not on a terminal."""
+    from transformers.utils import logging as transformers_logging
+
+    quiet = not on_terminal() and transformers_logging.is_progress_bar_enabled()
+    if quiet:
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet:
+            transformers_logging.enable_progress_bar()
 
 
 class _QueryEncoder(TransformerMixin, BaseEstimator):
@@ -232,9 +248,11 @@ class SentenceEncoder(_QueryEncoder):
             if state["model"] is None:
                 from sentence_transformers import SentenceTransformer
 
-                state["model"] = SentenceTransformer(
-                    resolve_model_path(os.fspath(self.model)), device=state["key"][1]
-                )
+                with _quiet_loading():
+                    state["model"] = SentenceTransformer(
+                        resolve_model_path(os.fspath(self.model)),
+                        device=state["key"][1],
+                    )
         return state["model"]
 
     def _dimension(self):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -64,6 +65,11 @@ def main(argv=None):
         warnings.showwarning = _warn_in_one_line
         try:
             return arguments.run(arguments)
+        except BrokenPipeError:
+            # The reader of standard output left (as `| head` does): stop
+            # quietly, and keep Python from reporting the pipe again at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         except _USER_ERRORS as error:
             print(
                 f"sklocus {arguments.command}: error: {one_line(error)}",
