@@ -17,7 +17,7 @@ import sklocus
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # Modules whose public names the API reference documents, beside sklocus itself.
-MODULES = ("geometry", "metrics", "encoders", "evaluations", "datasets")
+MODULES = ("geometry", "metrics", "encoders", "evaluations", "datasets", "report")
 USER_GUIDE = (
     "data",
     "training",

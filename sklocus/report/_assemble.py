@@ -1,0 +1,333 @@
+"""What the model map shows, computed in Python: testable without a browser.
+
+:func:`map_data` turns embeddings (and, when given, the evaluations behind them)
+into one JSON-able dict; :mod:`sklocus.report._html` draws it.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import pandas as pd
+from sklearn.decomposition import PCA
+
+from sklocus._selection import CoverageGreedySelector, KCenterSelector
+from sklocus._versioning import __version__
+from sklocus.evaluations import check_evaluation_sets, subsample, to_matrix
+from sklocus.geometry import (
+    check_embeddings,
+    cluster_models,
+    find_duplicates,
+    nearest_models,
+)
+from sklocus.metrics import routing_accuracy
+
+# Numbers in the page keep this many digits: enough to read, and the file of
+# 5,949 models stays small.
+_DIGITS = 4
+# A metadata column with more distinct numbers than this is coloured by quantile.
+_MAX_CATEGORIES = 12
+
+
+def _rounded(values):
+    """Return a float array as nested lists, NaN as None, rounded for the page."""
+    array = np.round(np.asarray(values, dtype=np.float64), _DIGITS)
+    listed = array.tolist()
+    if not np.isnan(array).any():
+        return listed
+
+    def clean(item):
+        if isinstance(item, list):
+            return [clean(x) for x in item]
+        return None if item != item else item
+
+    return clean(listed)
+
+
+def _projection(Z, random_state):
+    """Three coordinates per model: the embeddings' first principal components."""
+    n_components = min(3, *Z.shape)
+    xyz = PCA(n_components=n_components, random_state=random_state).fit_transform(Z)
+    if n_components < 3:
+        xyz = np.hstack([xyz, np.zeros((len(Z), 3 - n_components))])
+    return xyz
+
+
+def _colour(Z, metadata, colour, n_clusters):
+    """Each model's colour: its cluster, or its value of a metadata column."""
+    if colour is None or colour == "cluster":
+        n = min(n_clusters, len(Z))
+        if n < 2:
+            return {"by": "cluster", "values": [0] * len(Z), "labels": ["cluster 1"]}
+        labels, _ = cluster_models(Z, n_clusters=n)
+        names = [f"cluster {c + 1}" for c in range(labels.max() + 1)]
+        return {"by": "cluster", "values": labels.tolist(), "labels": names}
+    if colour not in metadata.columns:
+        raise ValueError(
+            f"colour={colour!r} is neither 'cluster' nor a metadata column; the "
+            f"columns are {list(metadata.columns)}"
+        )
+    values = metadata[colour]
+    numeric = pd.api.types.is_numeric_dtype(values)
+    if numeric and values.nunique() > _MAX_CATEGORIES:
+        values = pd.qcut(values, q=5, duplicates="drop").astype(str)
+    categories = pd.Categorical(values.astype(str).where(values.notna(), "unknown"))
+    return {
+        "by": str(colour),
+        "values": categories.codes.tolist(),
+        "labels": [str(c) for c in categories.categories],
+    }
+
+
+def _check_metadata(metadata, names):
+    if metadata is None:
+        return pd.DataFrame(index=range(len(names)))
+    if not isinstance(metadata, pd.DataFrame):
+        raise TypeError(
+            f"metadata must be a pandas DataFrame; got {type(metadata).__name__}"
+        )
+    if len(metadata) != len(names):
+        raise ValueError(
+            f"metadata has {len(metadata)} rows; give one row per model "
+            f"({len(names)}), in the order of model_names"
+        )
+    return metadata.reset_index(drop=True)
+
+
+def _group_accuracy(scores, queries, query_groups):
+    """Mean observed score per model and group; None where a model has none."""
+    groups = pd.Series([query_groups.get(q) for q in queries], dtype=object)
+    known = groups.notna().to_numpy()
+    names = sorted({g for g in groups[known]}, key=str)
+    accuracy = np.full((len(scores), len(names)), np.nan)
+    for j, name in enumerate(names):
+        columns = (groups == name).to_numpy()
+        block = scores[:, columns]
+        counts = (~np.isnan(block)).sum(axis=1)
+        sums = np.nansum(block, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            accuracy[:, j] = np.where(counts > 0, sums / counts, np.nan)
+    return [str(n) for n in names], accuracy
+
+
+def _disagreement(scores, first, others):
+    """Mean absolute score difference on the queries both models answered."""
+    block = np.abs(scores[others] - scores[first][None, :])
+    counts = (~np.isnan(block)).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, np.nansum(block, axis=1) / counts, np.nan)
+
+
+def _convergence(embedder, sets, Z, sizes, random_state):
+    """Distance from each model's embedding on n of its evaluations to its own."""
+    lengths = np.array([len(s) for s in sets])
+    distance = np.full((len(sets), len(sizes)), np.nan)
+    for column, n in enumerate(sizes):
+        fewer = subsample(sets, n, random_state=random_state)
+        embedded = embedder.transform(fewer)
+        gap = np.linalg.norm(embedded - Z, axis=1)
+        distance[:, column] = np.where(lengths > n, gap, np.nan)
+    return distance
+
+
+def _split(sets, test_queries):
+    test = set(test_queries)
+    train = [{q: s for q, s in e.items() if q not in test} for e in sets]
+    held = [{q: s for q, s in e.items() if q in test} for e in sets]
+    return train, held
+
+
+def map_data(
+    embeddings,
+    model_names,
+    *,
+    evaluation_sets=None,
+    embedder=None,
+    query_groups=None,
+    metadata=None,
+    colour=None,
+    test_queries=None,
+    n_clusters=8,
+    n_neighbours=10,
+    max_portfolio=50,
+    convergence_sizes=(8, 16, 32, 64, 128, 256),
+    random_state=0,
+    title="Model map",
+):
+    """Compute everything the model map shows, as a JSON-able dict.
+
+    Parameters
+    ----------
+    embeddings : array-like of shape (n_models, embedding_dim)
+        One embedding per model, e.g. from ``LocusEmbedder.transform`` on the
+        models' evaluations outside ``test_queries``.
+    model_names : sequence of str
+        The models, in the order of ``embeddings``.
+    evaluation_sets : sequence of mappings, default=None
+        Each model's ``{query: score}``: gives the number of evaluations, accuracy
+        per group, disagreement between neighbours and, with ``embedder``,
+        convergence and the portfolio's routing accuracy.
+    embedder : LocusEmbedder, default=None
+        The fitted embedder of ``embeddings``; needed for convergence and routing.
+    query_groups : mapping, default=None
+        Group (benchmark, subject...) of each query, for accuracy per group.
+    metadata : DataFrame, default=None
+        One row per model (in the order of ``model_names``) of columns to show.
+    colour : str, default=None
+        ``"cluster"`` (the default: ``cluster_models`` into ``n_clusters``) or a
+        column of ``metadata``.
+    test_queries : sequence, default=None
+        Held-out queries: the portfolio's routing accuracy is measured on them.
+        Leave them out of the evaluations behind ``embeddings``.
+    n_clusters : int, default=8
+    n_neighbours : int, default=10
+        Neighbours listed per model (at most ``n_models - 1``).
+    max_portfolio : int, default=50
+        Largest portfolio the page offers.
+    convergence_sizes : sequence of int, default=(8, 16, 32, 64, 128, 256)
+        Numbers of evaluations at which convergence is measured.
+    random_state : int, default=0
+        Seeds the projection and the draws of evaluations for convergence.
+    title : str, default="Model map"
+
+    Returns
+    -------
+    dict
+        What :func:`sklocus.report.write_map` embeds in the page.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklocus.report import map_data
+    >>> Z = np.random.default_rng(0).normal(size=(6, 4))
+    >>> data = map_data(Z, [f"m{i}" for i in range(6)], n_neighbours=2)
+    >>> len(data["xyz"]), len(data["neighbours"][0])
+    (6, 2)
+    """
+    Z = check_embeddings(embeddings)
+    names = [str(name) for name in model_names]
+    if len(names) != len(Z):
+        raise ValueError(
+            f"got {len(Z)} embeddings but {len(names)} model names; give one name "
+            "per embedding"
+        )
+    if len(set(names)) != len(names):
+        repeated = pd.Series(names)[pd.Series(names).duplicated()].iloc[0]
+        raise ValueError(f"model {repeated!r} is named twice; names must be distinct")
+    if len(Z) < 2:
+        raise ValueError("a map needs at least two models")
+    for name, value, low in (
+        ("n_neighbours", n_neighbours, 1),
+        ("max_portfolio", max_portfolio, 1),
+        ("n_clusters", n_clusters, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name}={value!r} must be an integer")
+        if value < low:
+            raise ValueError(f"{name}={value} must be at least {low}")
+    metadata = _check_metadata(metadata, names)
+
+    scores = queries = train = held = None
+    if evaluation_sets is not None:
+        check_evaluation_sets(evaluation_sets, names)
+        sets = list(evaluation_sets)
+        if len(sets) != len(names):
+            raise ValueError(f"got {len(sets)} evaluation sets for {len(names)} models")
+        train, held = _split(sets, test_queries or [])
+        scores, queries = to_matrix(sets)
+
+    k = min(n_neighbours, len(Z) - 1)
+    neighbours, distances = nearest_models(Z, k=k)
+    disagreement = np.full((len(Z), k), np.nan)
+    if scores is not None:
+        for i in range(len(Z)):
+            disagreement[i] = _disagreement(scores, i, neighbours[i])
+    distances, disagreement = _rounded(distances), _rounded(disagreement)
+    near = [
+        [[int(j), d, a] for j, d, a in zip(row, distances[i], disagreement[i])]
+        for i, row in enumerate(neighbours.tolist())
+    ]
+
+    duplicates = [[] for _ in names]
+    for first, second in find_duplicates(Z)[["first", "second"]].itertuples(
+        index=False
+    ):
+        duplicates[first].append(int(second))
+        duplicates[second].append(int(first))
+
+    data = {
+        "title": str(title),
+        "sklocus_version": __version__,
+        "models": names,
+        "xyz": _rounded(_projection(Z, random_state)),
+        "colour": _colour(Z, metadata, colour, n_clusters),
+        "n_evaluations": None,
+        "metadata": {
+            str(column): [
+                None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)
+                for v in metadata[column]
+            ]
+            for column in metadata.columns
+        },
+        "groups": None,
+        "accuracy": None,
+        "neighbours": near,
+        "duplicates": duplicates,
+        "portfolio": _portfolio(
+            Z, embedder, scores, queries, held, test_queries, max_portfolio
+        ),
+        "convergence": None,
+    }
+    if evaluation_sets is not None:
+        data["n_evaluations"] = [len(e) for e in train]
+        if query_groups is not None:
+            groups, accuracy = _group_accuracy(scores, queries, query_groups)
+            data["groups"], data["accuracy"] = groups, _rounded(accuracy)
+        if embedder is not None and convergence_sizes:
+            sizes = sorted({int(n) for n in convergence_sizes})
+            distance = _convergence(embedder, train, Z, sizes, random_state)
+            data["convergence"] = {"n": sizes, "distance": _rounded(distance)}
+    return data
+
+
+def _portfolio(Z, embedder, scores, queries, held, test_queries, max_portfolio):
+    """Nested portfolios of up to ``max_portfolio`` models, and their routing.
+
+    Farthest-first (k-center) and greedy coverage with unit costs both grow one
+    model at a time, so the first k of each order is that method's portfolio of
+    k models, and the page can offer every k from one order.
+    """
+    max_k = min(max_portfolio, len(Z))
+    orders = {
+        "k-center": KCenterSelector(n_selected=max_k).fit(Z).selected_indices_,
+        "coverage": CoverageGreedySelector(budget=max_k).fit(Z).selected_indices_,
+    }
+    routing = {method: [None] * max_k for method in orders}
+    full_pool = None
+    if embedder is not None and scores is not None and test_queries:
+        held_queries = [q for q in queries if q in set(test_queries)]
+        if held_queries:
+            observed, _ = to_matrix(held, queries=held_queries)
+            predicted = embedder.predict_correctness(Z, held_queries)
+            full_pool = _routing(observed, predicted)
+            for method, order in orders.items():
+                for size in range(1, len(order) + 1):
+                    chosen = order[:size]
+                    routing[method][size - 1] = _routing(
+                        observed[chosen], predicted[chosen]
+                    )
+    return {
+        "max_k": int(max(len(order) for order in orders.values())),
+        "orders": {method: [int(i) for i in order] for method, order in orders.items()},
+        "routing": routing,
+        "full_pool": full_pool,
+    }
+
+
+def _routing(observed, predicted):
+    """Routing accuracy, rounded; None when no chosen model was observed."""
+    try:
+        return round(routing_accuracy(observed, predicted), _DIGITS)
+    except ValueError:
+        return None

@@ -1,0 +1,453 @@
+"""The model map's page: one self-contained HTML file around the assembled data.
+
+Everything the page needs travels inside it (plotly.js, the data, the script and
+the style), so it opens offline from a file and makes no network request.
+"""
+
+import html
+import json
+import re
+
+__all__ = ["render_html"]
+
+_STYLE = """
+* { box-sizing: border-box; }
+body { margin: 0; font: 14px/1.4 system-ui, sans-serif; color: #222;
+  display: grid; grid-template-rows: auto 1fr auto; height: 100vh; }
+header, footer { padding: 6px 12px; background: #f4f4f6; }
+header h1 { font-size: 18px; margin: 0 12px 0 0; display: inline-block; }
+header .controls { float: right; }
+footer { font-size: 12px; color: #666; }
+#legend { font-size: 12px; }
+#legend span { margin-right: 10px; white-space: nowrap; }
+#legend i { display: inline-block; width: 10px; height: 10px; margin-right: 3px;
+  border-radius: 50%; }
+.layout { display: grid; grid-template-columns: 1fr 380px; min-height: 0; }
+#map { min-height: 0; }
+aside { overflow-y: auto; border-left: 1px solid #ddd; padding: 8px 12px; }
+aside h2 { font-size: 15px; margin: 10px 0 4px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+td, th { padding: 2px 4px; text-align: left; border-bottom: 1px solid #eee; }
+td.number, th.number { text-align: right; }
+tr[data-model], .model-link { cursor: pointer; }
+tr[data-model]:hover, tr[data-model]:focus { background: #eef3ff; }
+.model-link { color: #1a55c4; text-decoration: underline; }
+.chart { height: 180px; }
+.muted { color: #777; }
+"""
+
+# Hand-written, with no library but plotly.js: the page must work from a file
+# with the network off. Names come from the data, so they only ever reach the
+# page through textContent, never innerHTML.
+_SCRIPT = r"""
+"use strict";
+(function () {
+  const data = JSON.parse(document.getElementById("map-data").textContent);
+  const n = data.models.length;
+  const mapDiv = document.getElementById("map");
+  const plotConfig = { responsive: true, displaylogo: false };
+  // Colour-blind-safe categorical palette (Okabe-Ito, then Tableau), cycled.
+  const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9",
+    "#D55E00", "#F0E442", "#000000", "#4E79A7", "#F28E2B", "#59A14F",
+    "#B07AA1", "#9C755F", "#EDC948", "#76B7B2", "#FF9DA7"];
+  const SELECTED_TRACE = 1;
+  const PORTFOLIO_TRACE = 2;
+  const indexByName = new Map();
+  data.models.forEach(function (name, i) {
+    if (!indexByName.has(name)) indexByName.set(name, i);
+  });
+  let selected = null;
+  let portfolio = [];
+
+  function colourOf(label) { return PALETTE[label % PALETTE.length]; }
+
+  // Metadata: integers as they are, other numbers to four significant digits.
+  function formatValue(value) {
+    if (value === null || value === undefined) return "\u2014";
+    if (typeof value !== "number") return String(value);
+    if (Number.isInteger(value)) return String(value);
+    return String(Number(value.toPrecision(4)));
+  }
+
+  function formatDistance(value) {
+    return value === null || value === undefined ? "\u2014" : value.toFixed(3);
+  }
+
+  // Plotly reads a few HTML tags in hover labels; a name is shown as written.
+  function plainLabel(text) {
+    return String(text)
+      .replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
+  function formatPercent(value) {
+    return value === null || value === undefined
+      ? "\u2014" : (100 * value).toFixed(1) + "%";
+  }
+
+  function column(index) { return data.xyz.map(function (row) { return row[index]; }); }
+
+  // A small trace drawn over the main one; only these are restyled when the
+  // selection or the portfolio changes, so 6,000 points are never rebuilt.
+  function highlightCoordinates(indices) {
+    return {
+      x: [indices.map(function (i) { return data.xyz[i][0]; })],
+      y: [indices.map(function (i) { return data.xyz[i][1]; })],
+      z: [indices.map(function (i) { return data.xyz[i][2]; })],
+      text: [indices.map(function (i) { return plainLabel(data.models[i]); })],
+      customdata: [indices.slice()],
+    };
+  }
+
+  function buildMap() {
+    const labels = data.colour.labels;
+    const hover = data.models.map(function (name, i) {
+      return plainLabel(name) + "<br>" + plainLabel(data.colour.by) + ": " +
+        plainLabel(labels[data.colour.values[i]]);
+    });
+    const main = {
+      type: "scatter3d", mode: "markers", name: "models",
+      x: column(0), y: column(1), z: column(2),
+      hovertext: hover, hoverinfo: "text",
+      customdata: data.models.map(function (_, i) { return i; }),
+      marker: { size: 3, opacity: 0.8,
+        color: data.colour.values.map(colourOf) },
+      showlegend: false,
+    };
+    const selection = {
+      type: "scatter3d", mode: "markers", name: "selected",
+      x: [], y: [], z: [], text: [], customdata: [], hoverinfo: "text",
+      marker: { size: 12, color: "rgba(0,0,0,0)",
+        line: { color: "#d00", width: 4 }, symbol: "circle-open" },
+      showlegend: false,
+    };
+    const chosen = {
+      type: "scatter3d", mode: "markers", name: "portfolio",
+      x: [], y: [], z: [], text: [], customdata: [], hoverinfo: "text",
+      marker: { size: 6, symbol: "diamond", color: "#111" },
+      showlegend: true,
+    };
+    const layout = {
+      margin: { l: 0, r: 0, t: 0, b: 0 },
+      scene: { xaxis: { title: { text: "PC 1" } }, yaxis: { title: { text: "PC 2" } },
+        zaxis: { title: { text: "PC 3" } } },
+      legend: { x: 0, y: 1 },
+      uirevision: "keep",  // restyles keep the user's camera
+    };
+    Plotly.newPlot(mapDiv, [main, selection, chosen], layout, plotConfig);
+    mapDiv.on("plotly_click", function (event) {
+      const point = event.points && event.points[0];
+      if (!point) return;
+      // The highlight traces hold only a few points, so map back through the
+      // model index each point carries.
+      const index = point.curveNumber === 0
+        ? point.pointNumber
+        : point.data.customdata[point.pointNumber];
+      if (index !== undefined && index !== null) select(index);
+    });
+  }
+
+  function buildLegend() {
+    const legend = document.getElementById("legend");
+    data.colour.labels.forEach(function (label, value) {
+      const entry = document.createElement("span");
+      const swatch = document.createElement("i");
+      swatch.style.background = colourOf(value);
+      entry.appendChild(swatch);
+      entry.appendChild(document.createTextNode(label));
+      legend.appendChild(entry);
+    });
+  }
+
+  function modelLink(index) {
+    const link = document.createElement("span");
+    link.className = "model-link";
+    link.dataset.model = String(index);
+    link.textContent = data.models[index];
+    link.tabIndex = 0;
+    return link;
+  }
+
+  function cell(row, text, numeric) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (numeric) td.className = "number";
+    row.appendChild(td);
+    return td;
+  }
+
+  function renderFacts(index) {
+    const facts = document.getElementById("facts");
+    facts.replaceChildren();
+    const rows = [];
+    if (data.n_evaluations) rows.push(["evaluations", data.n_evaluations[index]]);
+    Object.keys(data.metadata || {}).forEach(function (key) {
+      rows.push([key, data.metadata[key][index]]);
+    });
+    rows.forEach(function (pair) {
+      const tr = document.createElement("tr");
+      facts.appendChild(tr);
+      cell(tr, pair[0]);
+      cell(tr, formatValue(pair[1]), typeof pair[1] === "number");
+    });
+  }
+
+  function renderAccuracy(index) {
+    const div = document.getElementById("accuracy");
+    if (!data.groups || !data.accuracy) { div.hidden = true; return; }
+    div.hidden = false;
+    Plotly.react(div, [{
+      type: "bar", x: data.groups, y: data.accuracy[index],
+      marker: { color: "#0072B2" },
+      hovertemplate: "%{x}: %{y:.1%}<extra></extra>",
+    }], {
+      margin: { l: 40, r: 5, t: 20, b: 60 },
+      title: { text: "accuracy per group", font: { size: 12 } },
+      yaxis: { range: [0, 1], tickformat: ".0%" },
+    }, plotConfig);
+  }
+
+  function renderNeighbours(index) {
+    const body = document.querySelector("#neighbours tbody");
+    body.replaceChildren();
+    (data.neighbours[index] || []).forEach(function (entry) {
+      const tr = document.createElement("tr");
+      tr.dataset.model = String(entry[0]);
+      tr.tabIndex = 0;
+      body.appendChild(tr);
+      cell(tr, data.models[entry[0]]);
+      cell(tr, formatDistance(entry[1]), true);
+      cell(tr, formatPercent(entry[2]), true);
+    });
+  }
+
+  function renderDuplicates(index) {
+    const line = document.getElementById("duplicates");
+    line.replaceChildren();
+    const duplicates = data.duplicates ? data.duplicates[index] : [];
+    if (!duplicates.length) {
+      line.textContent = "No near-duplicates.";
+      return;
+    }
+    line.appendChild(document.createTextNode("Near-duplicates: "));
+    duplicates.forEach(function (j, position) {
+      if (position) line.appendChild(document.createTextNode(", "));
+      line.appendChild(modelLink(j));
+    });
+  }
+
+  function renderConvergence(index) {
+    const div = document.getElementById("convergence");
+    if (!data.convergence) { div.hidden = true; return; }
+    div.hidden = false;
+    Plotly.react(div, [{
+      type: "scatter", mode: "lines+markers",
+      x: data.convergence.n, y: data.convergence.distance[index],
+      connectgaps: false,  // null: the model has fewer evaluations than n
+      hovertemplate: "n=%{x}: %{y:.3f}<extra></extra>",
+    }], {
+      margin: { l: 45, r: 5, t: 20, b: 35 },
+      title: { text: "distance to full embedding vs evaluations",
+        font: { size: 12 } },
+      xaxis: { type: "log", tickvals: data.convergence.n,
+        title: { text: "evaluations n" } },
+      yaxis: { rangemode: "tozero" },
+    }, plotConfig);
+  }
+
+  function select(index) {
+    index = Number(index);
+    if (!Number.isInteger(index) || index < 0 || index >= n) return;
+    selected = index;
+    document.getElementById("details").hidden = false;
+    document.getElementById("placeholder").hidden = true;
+    document.getElementById("model-name").textContent = data.models[index];
+    renderFacts(index);
+    renderAccuracy(index);
+    renderNeighbours(index);
+    renderDuplicates(index);
+    renderConvergence(index);
+    Plotly.restyle(mapDiv, highlightCoordinates([index]), [SELECTED_TRACE]);
+    document.body.dataset.selected = String(index);
+  }
+
+  function showPortfolio() {
+    const input = document.getElementById("portfolio-k");
+    const method = document.getElementById("portfolio-method").value;
+    const maxK = data.portfolio.max_k;
+    const k = Math.min(Math.max(parseInt(input.value, 10) || 1, 1), maxK);
+    // Orders are nested: the best k-model portfolio is the first k entries.
+    portfolio = data.portfolio.orders[method].slice(0, k);
+    Plotly.restyle(mapDiv, highlightCoordinates(portfolio), [PORTFOLIO_TRACE]);
+    const list = document.getElementById("portfolio-list");
+    list.replaceChildren();
+    portfolio.forEach(function (i) {
+      const item = document.createElement("li");
+      item.appendChild(modelLink(i));
+      list.appendChild(item);
+    });
+    const routing = data.portfolio.routing[method];
+    document.getElementById("portfolio-routing").textContent =
+      formatPercent(routing ? routing[k - 1] : null);
+    document.getElementById("portfolio-full").textContent =
+      formatPercent(data.portfolio.full_pool);
+    document.body.dataset.portfolio = portfolio.join(",");
+  }
+
+  function buildPortfolio() {
+    const panel = document.getElementById("portfolio");
+    if (!data.portfolio) { panel.hidden = true; return; }
+    const input = document.getElementById("portfolio-k");
+    input.max = String(data.portfolio.max_k);
+    input.value = String(Math.min(5, data.portfolio.max_k));
+    const methods = document.getElementById("portfolio-method");
+    Object.keys(data.portfolio.orders).forEach(function (method) {
+      const option = document.createElement("option");
+      option.value = method;
+      option.textContent = method;
+      methods.appendChild(option);
+    });
+    input.addEventListener("input", showPortfolio);
+    methods.addEventListener("change", showPortfolio);
+    showPortfolio();
+  }
+
+  function buildSearch() {
+    const names = document.getElementById("model-names");
+    const options = data.models.map(function (name) {
+      const option = document.createElement("option");
+      option.value = name;
+      return option;
+    });
+    names.replaceChildren.apply(names, options);
+    const search = document.getElementById("search");
+    // "input" fires both on typing and on picking from the datalist.
+    search.addEventListener("input", function () {
+      const index = indexByName.get(search.value);
+      if (index !== undefined) select(index);
+    });
+  }
+
+  // One listener for every model link and neighbour row, rebuilt or not.
+  function followModelLinks(event) {
+    if (event.type === "keydown" && event.key !== "Enter") return;
+    const target = event.target.closest("[data-model]");
+    if (target) select(target.dataset.model);
+  }
+
+  function buildSummary() {
+    document.getElementById("summary").textContent =
+      n.toLocaleString("en") + " models; colour: " + data.colour.by +
+      ". Click a point, or search for a name.";
+  }
+
+  buildSummary();
+  buildLegend();
+  buildMap();
+  buildPortfolio();
+  buildSearch();
+  document.querySelector("aside").addEventListener("click", followModelLinks);
+  document.querySelector("aside").addEventListener("keydown", followModelLinks);
+  // For tests and for anyone scripting the page from the console.
+  window.sklocusMap = { data: data, select: select, showPortfolio: showPortfolio };
+  document.body.dataset.ready = "true";
+})();
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@TITLE@</title>
+<style>@STYLE@</style>
+<script>@PLOTLY@</script>
+</head>
+<body>
+<header>
+  <h1>@TITLE@</h1>
+  <span class="controls">
+    <input id="search" list="model-names" placeholder="Find a model by name"
+      size="32" autocomplete="off">
+    <datalist id="model-names"></datalist>
+  </span>
+  <div id="summary"></div>
+  <div id="legend"></div>
+</header>
+<div class="layout">
+  <main id="map"></main>
+  <aside>
+    <section id="portfolio">
+      <h2>Portfolio</h2>
+      <label>k <input id="portfolio-k" type="number" min="1" step="1"
+        style="width: 5em"></label>
+      <label>method <select id="portfolio-method"></select></label>
+      <p>Routing accuracy on held-out queries: <b id="portfolio-routing"></b>
+        (full pool: <b id="portfolio-full"></b>)</p>
+      <ol id="portfolio-list"></ol>
+    </section>
+    <p id="placeholder" class="muted">Click a point to see the model.</p>
+    <section id="details" hidden>
+      <h2 id="model-name"></h2>
+      <table><tbody id="facts"></tbody></table>
+      <div id="accuracy" class="chart"></div>
+      <h2>Nearest neighbours</h2>
+      <table id="neighbours">
+        <thead><tr><th>model</th><th class="number">distance</th>
+          <th class="number" title="share of shared queries on which they differ"
+          >disagreement</th></tr></thead>
+        <tbody></tbody>
+      </table>
+      <p id="duplicates"></p>
+      <div id="convergence" class="chart"></div>
+    </section>
+  </aside>
+</div>
+<footer>Made with sklocus @VERSION@ (LOCUS embeddings, arXiv 2601.21082).</footer>
+<script type="application/json" id="map-data">@DATA@</script>
+<script>@SCRIPT@</script>
+</body>
+</html>
+"""
+
+
+def _json_for_script(data):
+    """Serialise ``data`` so that no string in it can close the script element."""
+    text = json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    # "<\/" is the same string to JSON, but no longer an end tag to HTML; "<!--"
+    # would otherwise change how the HTML parser reads the rest of the script.
+    return text.replace("</", "<\\/").replace("<!--", "\\u003c!--")
+
+
+def render_html(data, title):
+    """Render the model map as one self-contained HTML page.
+
+    Parameters
+    ----------
+    data : dict
+        The map's content as assembled by :mod:`sklocus.report` (model names,
+        3-D coordinates, colours, neighbours, portfolio orders, convergence).
+        It must be JSON-serialisable; missing numbers are ``None``, not NaN.
+    title : str
+        The page's title, shown in its header.
+
+    Returns
+    -------
+    page : str
+        The HTML page, with plotly.js, the data and the script inline, so that
+        it opens from a file with no network access.
+    """
+    # plotly is an optional dependency (the [report] extra): import it only here
+    # so that `import sklocus` stays light.
+    from plotly.offline import get_plotlyjs
+
+    replacements = {
+        "@TITLE@": html.escape(title),
+        "@VERSION@": html.escape(str(data.get("sklocus_version", ""))),
+        "@STYLE@": _STYLE,
+        "@SCRIPT@": _SCRIPT,
+        "@DATA@": _json_for_script(data),
+        "@PLOTLY@": get_plotlyjs(),
+    }
+    # One pass, so that placeholder-like text inside a model name, the title or
+    # plotly.js is never replaced in turn.
+    return re.sub("@[A-Z]+@", lambda match: replacements[match.group()], _PAGE)
