@@ -1,5 +1,6 @@
 """The sklocus command, driven as a user drives it: in a subprocess, on files."""
 
+import json
 import os
 import subprocess
 import sys
@@ -336,6 +337,43 @@ def test_query_texts_are_encoded_and_new_ones_routed(workspace, capsys):
     assert set(routes["model_2"]) <= set(data.model_names)
 
 
+def test_report_writes_the_model_map(workspace, capsys):
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    benchmark = dict(zip(data.query_ids, data.benchmarks))
+    table["benchmark"] = table["query"].map(benchmark)
+    table.to_csv(folder / "grouped.csv", index=False)
+    (folder / "test.txt").write_text("\n".join(data.query_ids[120:]))
+    run = succeeded(
+        in_process(
+            "report",
+            "model.sklocus",
+            "grouped.csv",
+            "-o",
+            "map.html",
+            "--group-column",
+            "benchmark",
+            "--metadata-column",
+            "params",
+            "--colour",
+            "params",
+            "--test-queries",
+            "test.txt",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    assert "Wrote the map of 30 models to map.html" in run.stderr
+    page = (folder / "map.html").read_text()
+    start = page.index('<script type="application/json" id="map-data">')
+    raw = page[page.index(">", start) + 1 : page.index("</script>", start)]
+    shown = json.loads(raw.replace("<\\/", "</"))
+    assert shown["models"] == data.model_names
+    assert shown["groups"] == [str(b) for b in range(5)]
+    assert shown["colour"]["by"] == "params"
+    assert shown["portfolio"]["full_pool"] is not None
+
+
 def test_version_and_plain_help(capsys):
     run = succeeded(sklocus("--version", cwd="."))
     assert run.stdout.startswith("sklocus ")
@@ -347,6 +385,7 @@ def test_version_and_plain_help(capsys):
         "duplicates",
         "clusters",
         "select",
+        "report",
         "demo",
     ]:
         text = succeeded(in_process(command, "--help", cwd=".", capsys=capsys)).stdout

@@ -7,7 +7,7 @@ import sys
 import warnings
 
 from sklocus._versioning import __version__
-from sklocus.cli import _demo, _geometry, _models
+from sklocus.cli import _demo, _geometry, _models, _report
 from sklocus.cli._common import Parser, UserError, one_line
 
 __all__ = ["main"]
@@ -36,7 +36,7 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Subcommand parsers are built by add_parser from the parent's class, so
     # their usage errors are one line too.
-    for module in (_models, _geometry, _demo):
+    for module in (_models, _geometry, _report, _demo):
         module.register(commands)
     return parser
 

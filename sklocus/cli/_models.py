@@ -243,7 +243,7 @@ def load_embedder(path):
     return embedder
 
 
-def _teach_queries(embedder, arguments, evaluations):
+def teach_queries(embedder, arguments, evaluations):
     """Let the embedder's encoder encode the queries that came with the input.
 
     Vectors from ``--query-vectors`` or from a data folder join those of a
@@ -275,7 +275,7 @@ def run_embed(arguments):
     """Embed every model of a table."""
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
-    _teach_queries(embedder, arguments, evaluations)
+    teach_queries(embedder, arguments, evaluations)
     Z = embedder.transform(evaluations.sets)
     frame = pd.DataFrame(
         {
@@ -306,7 +306,7 @@ def run_route(arguments):
         )
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
-    _teach_queries(embedder, arguments, evaluations)
+    teach_queries(embedder, arguments, evaluations)
     ids, queries = read_queries(
         arguments.queries, arguments.query_column, arguments.text_column
     )

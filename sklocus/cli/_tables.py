@@ -38,6 +38,10 @@ class Evaluations:
     texts: dict | None = None
     costs: pd.Series | None = None
     encoder: object = None  # a folder brings its own query encodings
+    # Per-query and per-model tables the evaluations came with: the long table's
+    # rows, or a folder's queries.parquet and models.parquet.
+    query_table: pd.DataFrame | None = None
+    model_table: pd.DataFrame | None = None
 
 
 def _kind(path):
@@ -143,7 +147,7 @@ def read_evaluations(arguments, *, cost_column=None):
         )
     except (KeyError, ValueError, TypeError) as error:
         raise UserError(f"{path}: {one_line(error)}") from None
-    evaluations = Evaluations(sets, names, path)
+    evaluations = Evaluations(sets, names, path, query_table=frame, model_table=frame)
     if arguments.text_column is not None:
         evaluations.texts = _texts(frame, query, arguments.text_column, path)
     if cost_column is not None:
@@ -177,7 +181,17 @@ def _read_folder(path, arguments, cost_column):
         encoder = PrecomputedEncoder(
             [str(q) for q in encoder.queries], np.asarray(encoder.vectors)
         )
-    return Evaluations(sets, names, path, texts=texts, encoder=encoder)
+    queries = data.queries.assign(query_id=data.queries["query_id"].astype(str))
+    models = data.models.assign(model=data.models["model"].astype(str))
+    return Evaluations(
+        sets,
+        names,
+        path,
+        texts=texts,
+        encoder=encoder,
+        query_table=queries.rename(columns={"query_id": arguments.query_column}),
+        model_table=models.rename(columns={"model": arguments.model_column}),
+    )
 
 
 def _texts(frame, query, text, path):
@@ -310,3 +324,20 @@ def read_queries(path, query_column, text_column):
     ids = frame[query_column].tolist()
     texts = ids if text_column is None else frame[text_column].astype(str).tolist()
     return ids, texts
+
+
+def per_query(evaluations, query_column, column):
+    """Each query's value of ``column`` (its first), as a dict."""
+    table = evaluations.query_table
+    require_columns(table, {"--group-column": column}, evaluations.source)
+    first = table.dropna(subset=[column]).drop_duplicates(subset=[query_column])
+    return dict(zip(first[query_column], first[column]))
+
+
+def per_model(evaluations, model_column, columns):
+    """Each model's values of ``columns`` (its first), one row per model."""
+    table = evaluations.model_table
+    for column in columns:
+        require_columns(table, {"--metadata-column": column}, evaluations.source)
+    first = table.drop_duplicates(subset=[model_column]).set_index(model_column)
+    return first.loc[evaluations.model_names, list(columns)].reset_index(drop=True)
