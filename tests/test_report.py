@@ -140,3 +140,25 @@ def test_bad_input_is_named(change, message):
     arguments.update(change)
     with pytest.raises(ValueError, match=message):
         map_data(**arguments)
+
+
+def test_static_figures_of_families_and_convergence(pool):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from sklocus.report import plot_convergence, plot_families
+
+    data, Z, _, page = pool
+    ax = plot_families(Z, data.model_names, n_clusters=4)
+    assert len(ax.get_xticklabels()) == len(data.model_names)
+    assert ax.get_title() == "40 models in 4 families"
+    ax = plot_convergence(page, models=data.model_names[:2])
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == [*data.model_names[:2], "median model"]
+    median = ax.get_lines()[-1].get_ydata()
+    assert median[0] > median[-1]
+    with pytest.raises(ValueError, match="model 'ghost' is not in the map"):
+        plot_convergence(page, models=["ghost"])
+    with pytest.raises(ValueError, match="data has no convergence"):
+        plot_convergence({**page, "convergence": None})

@@ -4,8 +4,9 @@
 network request when opened) with a 3-D map of the embeddings, each model's
 accuracy by group, neighbours and near-duplicates, portfolios with their routing
 accuracy, and how a model's embedding converges as evaluations are added.
-:func:`map_data` computes what the page shows. Writing the page needs plotly
-(``pip install "sklocus[report]"``).
+:func:`map_data` computes what the page shows, and :func:`plot_families` and
+:func:`plot_convergence` draw static figures of it with matplotlib. Writing the
+page needs plotly, and the figures matplotlib (``pip install "sklocus[report]"``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from sklocus.report._assemble import map_data
+from sklocus.report._figures import plot_convergence, plot_families
 
-__all__ = ["map_data", "write_map"]
+__all__ = ["map_data", "plot_convergence", "plot_families", "write_map"]
 
 
 def write_map(
