@@ -25,6 +25,7 @@ USER_GUIDE = (
     "routing",
     "geometry",
     "persistence",
+    "report",
     "cli",
 )
 
