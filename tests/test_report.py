@@ -15,7 +15,7 @@ from sklocus.report import map_data
 
 
 @pytest.fixture(scope="module")
-def pool():
+def trained():
     data = make_evaluations(
         n_models=40,
         n_queries=300,
@@ -29,6 +29,12 @@ def pool():
     ]
     settings = {**TINY_NETWORK, "max_epochs": 3, "epoch_size": 256}
     embedder = LocusEmbedder(query_encoder=data.encoder, **settings).fit(train_sets)
+    return data, test, train_sets, embedder
+
+
+@pytest.fixture(scope="module")
+def pool(trained):
+    data, test, train_sets, embedder = trained
     Z = embedder.transform(train_sets)
     groups = {q: f"benchmark {b}" for q, b in zip(data.query_ids, data.benchmarks)}
     metadata = pd.DataFrame({"params_b": data.params_b, "family": data.families})
@@ -118,6 +124,9 @@ def test_colour_by_a_metadata_column():
     }
     by_size = map_data(Z, names, metadata=family, colour="size")["colour"]
     assert len(by_size["labels"]) == 5  # many numbers: quantiles
+    many = family.assign(name=[f"n{i % 15}" if i < 15 else "n0" for i in range(30)])
+    by_name = map_data(Z, names, metadata=many, colour="name")["colour"]
+    assert len(by_name["labels"]) == 12 and "other" in by_name["labels"]
     assert page["n_evaluations"] is None and page["convergence"] is None
     assert page["portfolio"]["full_pool"] is None
 
@@ -162,3 +171,20 @@ def test_static_figures_of_families_and_convergence(pool):
         plot_convergence(page, models=["ghost"])
     with pytest.raises(ValueError, match="data has no convergence"):
         plot_convergence({**page, "convergence": None})
+
+
+def test_convergence_of_a_sample_of_a_large_pool(pool, trained):
+    data, Z, test, _ = pool
+    page = map_data(
+        Z,
+        data.model_names,
+        evaluation_sets=data.evaluation_sets,
+        embedder=trained[3],
+        test_queries=test,
+        convergence_sizes=(8, 32),
+        convergence_models=10,
+    )
+    measured = [
+        any(v is not None for v in row) for row in page["convergence"]["distance"]
+    ]
+    assert sum(measured) == 10

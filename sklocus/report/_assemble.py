@@ -26,7 +26,8 @@ from sklocus.metrics import routing_accuracy
 # Numbers in the page keep this many digits: enough to read, and the file of
 # 5,949 models stays small.
 _DIGITS = 4
-# A metadata column with more distinct numbers than this is coloured by quantile.
+# A metadata column with more distinct numbers than this is coloured by quantile;
+# one with more distinct values of another kind keeps its most common ones.
 _MAX_CATEGORIES = 12
 
 
@@ -72,6 +73,10 @@ def _colour(Z, metadata, colour, n_clusters):
     numeric = pd.api.types.is_numeric_dtype(values)
     if numeric and values.nunique() > _MAX_CATEGORIES:
         values = pd.qcut(values, q=5, duplicates="drop").astype(str)
+    elif values.nunique() > _MAX_CATEGORIES:
+        # A legend of dozens of rare values hides the common ones.
+        common = values.value_counts().index[: _MAX_CATEGORIES - 1]
+        values = values.where(values.isin(common) | values.isna(), "other")
     categories = pd.Categorical(values.astype(str).where(values.notna(), "unknown"))
     return {
         "by": str(colour),
@@ -119,15 +124,23 @@ def _disagreement(scores, first, others):
         return np.where(counts > 0, np.nansum(block, axis=1) / counts, np.nan)
 
 
-def _convergence(embedder, sets, Z, sizes, random_state):
-    """Distance from each model's embedding on n of its evaluations to its own."""
-    lengths = np.array([len(s) for s in sets])
+def _convergence(embedder, sets, Z, sizes, n_models, random_state):
+    """Distance from a model's embedding on n of its evaluations to its own.
+
+    Measured for at most ``n_models`` models, drawn at random: each size costs
+    one forward pass per model measured.
+    """
+    measured = np.arange(len(sets))
+    if len(sets) > n_models:
+        rng = np.random.default_rng(random_state)
+        measured = np.sort(rng.choice(len(sets), size=n_models, replace=False))
+    chosen = [sets[i] for i in measured]
+    lengths = np.array([len(s) for s in chosen])
     distance = np.full((len(sets), len(sizes)), np.nan)
     for column, n in enumerate(sizes):
-        fewer = subsample(sets, n, random_state=random_state)
-        embedded = embedder.transform(fewer)
-        gap = np.linalg.norm(embedded - Z, axis=1)
-        distance[:, column] = np.where(lengths > n, gap, np.nan)
+        embedded = embedder.transform(subsample(chosen, n, random_state=random_state))
+        gap = np.linalg.norm(embedded - Z[measured], axis=1)
+        distance[measured, column] = np.where(lengths > n, gap, np.nan)
     return distance
 
 
@@ -152,6 +165,7 @@ def map_data(
     n_neighbours=10,
     max_portfolio=50,
     convergence_sizes=(8, 16, 32, 64, 128, 256),
+    convergence_models=1000,
     random_state=0,
     title="Model map",
 ):
@@ -187,6 +201,9 @@ def map_data(
         Largest portfolio the page offers.
     convergence_sizes : sequence of int, default=(8, 16, 32, 64, 128, 256)
         Numbers of evaluations at which convergence is measured.
+    convergence_models : int, default=1000
+        Most models whose convergence is measured (a random sample of larger
+        pools; the others show none).
     random_state : int, default=0
         Seeds the projection and the draws of evaluations for convergence.
     title : str, default="Model map"
@@ -221,6 +238,7 @@ def map_data(
         ("n_neighbours", n_neighbours, 1),
         ("max_portfolio", max_portfolio, 1),
         ("n_clusters", n_clusters, 1),
+        ("convergence_models", convergence_models, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{name}={value!r} must be an integer")
@@ -286,7 +304,9 @@ def map_data(
             data["groups"], data["accuracy"] = groups, _rounded(accuracy)
         if embedder is not None and convergence_sizes:
             sizes = sorted({int(n) for n in convergence_sizes})
-            distance = _convergence(embedder, train, Z, sizes, random_state)
+            distance = _convergence(
+                embedder, train, Z, sizes, convergence_models, random_state
+            )
             data["convergence"] = {"n": sizes, "distance": _rounded(distance)}
     return data
 

@@ -237,7 +237,12 @@ _SCRIPT = r"""
 
   function renderConvergence(index) {
     const div = document.getElementById("convergence");
-    if (!data.convergence) { div.hidden = true; return; }
+    // Large pools measure convergence on a sample of models only.
+    if (!data.convergence ||
+        !data.convergence.distance[index].some(function (v) { return v !== null; })) {
+      div.hidden = true;
+      return;
+    }
     div.hidden = false;
     Plotly.react(div, [{
       type: "scatter", mode: "lines+markers",
