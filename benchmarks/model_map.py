@@ -88,6 +88,9 @@ def main():
     print(f"commit {commit}, {datetime.date.today()}")
     print(f"models: {len(data.model_names)}, test queries: {len(test)}")
     print(f"wrote {arguments.out} in {seconds:.1f} s: {size / 2**20:.1f} MiB")
+    from plotly.offline import get_plotlyjs
+
+    print(f"of which plotly.js: {len(get_plotlyjs().encode()) / 2**20:.1f} MiB")
     if arguments.screenshot is not None:
         loaded = screenshot(arguments.out, arguments.screenshot)
         print(f"loaded in headless Chromium (software WebGL) in {loaded:.1f} s")
