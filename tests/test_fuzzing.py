@@ -260,13 +260,15 @@ def test_long_tables_and_matrices_work_or_name_the_culprit(rows, duplicates, que
 
 @pytest.fixture(scope="module")
 def router_and_data(embedder_and_data):
+    from sklearn.frozen import FrozenEstimator
+
     from sklocus import LocusRouter
     from sklocus.evaluations import to_matrix
 
     embedder, data = embedder_and_data
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(embedder).fit(queries, Y)
+    router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
     return router, data, queries
 
 
