@@ -25,6 +25,7 @@ from sklocus.cli._common import (
 from sklocus.cli._tables import (
     MODEL,
     SIZE,
+    check_output,
     read_evaluations,
     read_queries,
     read_query_vectors,
@@ -179,9 +180,7 @@ def parse_settings(settings):
 def run_fit(arguments):
     """Train and save an embedder."""
     parameters = parse_settings(arguments.set)
-    output = Path(arguments.output)
-    if not output.parent.is_dir():
-        raise UserError(f"{output}: the folder {output.parent} does not exist")
+    output = check_output(arguments.output)
     evaluations = read_evaluations(arguments)
     encoder = read_query_vectors(arguments) or evaluations.encoder
     if encoder is None:

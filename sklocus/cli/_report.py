@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sklocus.cli._common import (
     UserError,
     add_table_options,
@@ -11,7 +9,13 @@ from sklocus.cli._common import (
     integer_in,
 )
 from sklocus.cli._models import load_embedder, say, teach_queries
-from sklocus.cli._tables import per_model, per_query, read_evaluations
+from sklocus.cli._tables import (
+    check_output,
+    per_model,
+    per_query,
+    read_evaluations,
+    read_lines,
+)
 
 
 def register(commands):
@@ -69,9 +73,7 @@ def run_report(arguments):
     """Write the model map."""
     from sklocus.report import write_map
 
-    output = Path(arguments.output)
-    if not output.parent.is_dir():
-        raise UserError(f"{output}: the folder {output.parent} does not exist")
+    output = check_output(arguments.output)
     if arguments.colour != "cluster" and arguments.colour not in (
         arguments.metadata_column
     ):
@@ -96,14 +98,7 @@ def run_report(arguments):
         )
     test_queries = None
     if arguments.test_queries is not None:
-        path = Path(arguments.test_queries)
-        if not path.is_file():
-            raise UserError(f"{path}: no such file")
-        test_queries = [
-            line.strip()
-            for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
+        test_queries = [line.strip() for line in read_lines(arguments.test_queries)]
     write_map(
         output,
         embedder,

@@ -62,6 +62,22 @@ def _existing(path, what):
     return path
 
 
+def read_lines(path):
+    """Return the non-blank lines of a text file: one query (or id) per line."""
+    path = _existing(path, "file")
+    return [
+        line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+
+
+def check_output(path):
+    """Fail now, before any work, when the folder of an output file is missing."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UserError(f"{path}: the folder {path.parent} does not exist")
+    return path
+
+
 def read_table(path, *, text_columns=()):
     """Read a CSV or Parquet file; ``text_columns`` are read as text."""
     path = _existing(path, "file")
@@ -100,10 +116,8 @@ def write_table(frame, path):
     if path is None:
         frame.to_csv(sys.stdout, index=False)
         return None
-    path = Path(path)
+    path = check_output(path)
     kind = _kind(path)
-    if not path.parent.is_dir():
-        raise UserError(f"{path}: the folder {path.parent} does not exist")
     if kind == "csv":
         frame.to_csv(path, index=False)
     else:
@@ -230,10 +244,7 @@ def read_query_vectors(arguments):
             f"{vectors_path}: holds a {vectors.dtype} array of shape {vectors.shape}; "
             "expected a 2-D array of numbers, one row per query"
         )
-    ids_path = _existing(ids_path, "file")
-    ids = ids_path.read_text(encoding="utf-8").splitlines()
-    while ids and not ids[-1].strip():
-        ids.pop()
+    ids = read_lines(ids_path)
     if len(ids) != len(vectors):
         raise UserError(
             f"{ids_path} lists {len(ids)} queries but {vectors_path} has "
@@ -302,8 +313,7 @@ def read_queries(path, query_column, text_column):
             raise UserError(
                 f"{path}: a text file has no columns; leave out --text-column"
             )
-        lines = path.read_text(encoding="utf-8").splitlines()
-        queries = [line for line in lines if line.strip()]
+        queries = read_lines(path)
         if not queries:
             raise UserError(f"{path}: no queries; expected one per line")
         return queries, queries

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sklocus.report._assemble import map_data
+from sklocus.report._assemble import map_data, split_evaluations
 from sklocus.report._figures import plot_convergence, plot_families
 
 __all__ = ["map_data", "plot_convergence", "plot_families", "write_map"]
@@ -72,10 +72,8 @@ def write_map(
                 "an embedder needs the evaluation_sets to embed; or give embeddings"
             )
         embedder = source
-        held = set(test_queries or [])
-        embeddings = embedder.transform(
-            [{q: s for q, s in e.items() if q not in held} for e in evaluation_sets]
-        )
+        train, _ = split_evaluations(evaluation_sets, test_queries or [])
+        embeddings = embedder.transform(train)
     else:
         embeddings = np.asarray(source)
     data = map_data(

@@ -144,7 +144,8 @@ def _convergence(embedder, sets, Z, sizes, n_models, random_state):
     return distance
 
 
-def _split(sets, test_queries):
+def split_evaluations(sets, test_queries):
+    """Each set's evaluations outside ``test_queries``, and those inside."""
     test = set(test_queries)
     train = [{q: s for q, s in e.items() if q not in test} for e in sets]
     held = [{q: s for q, s in e.items() if q in test} for e in sets]
@@ -252,7 +253,7 @@ def map_data(
         sets = list(evaluation_sets)
         if len(sets) != len(names):
             raise ValueError(f"got {len(sets)} evaluation sets for {len(names)} models")
-        train, held = _split(sets, test_queries or [])
+        train, held = split_evaluations(sets, test_queries or [])
         scores, queries = to_matrix(sets)
 
     k = min(n_neighbours, len(Z) - 1)
