@@ -11,8 +11,8 @@ DATA_FOLDER holds the Open LLM Leaderboard data in sklocus's on-disk format
 columns, ``models.parquet``, precomputed query encodings; see
 ``sklocus.datasets.load_evaluations``). FILE is an embedder saved with
 ``sklocus.save``, e.g. by ``sklocus fit DATA_FOLDER -o FILE``. The map colours
-models by architecture, groups queries by benchmark, and measures portfolios on
-the test split. ``--screenshot`` opens the page in headless Chromium (Playwright
+models by architecture, groups queries by benchmark, offers portfolios within a
+parameter budget, and measures portfolios on the test split. ``--screenshot`` opens the page in headless Chromium (Playwright
 and Debian's chromium) and saves what it shows after clicking the first model.
 """
 
@@ -66,7 +66,10 @@ def main():
     queries = data.queries
     test = queries.loc[queries["split"] == "test", "query_id"].tolist()
     groups = dict(zip(queries["query_id"], queries["benchmark"]))
+    # The leaderboard's -1 marks an unknown size: NaN leaves those models out of
+    # the portfolios within a budget instead of failing the cost check.
     metadata = data.models[["params_b", "arch"]]
+    metadata = metadata.assign(params_b=metadata["params_b"].where(lambda p: p > 0))
 
     start = time.perf_counter()
     write_map(
@@ -78,6 +81,7 @@ def main():
         metadata=metadata,
         colour="arch",
         test_queries=test,
+        cost="params_b",
         title=f"The Open LLM Leaderboard: {len(data.model_names):,} models",
     )
     seconds = time.perf_counter() - start

@@ -17,6 +17,7 @@ selection) and ``transform(Z)`` gives its distance to each selected model.
 
 from __future__ import annotations
 
+import heapq
 import math
 import numbers
 
@@ -408,36 +409,79 @@ class CoverageGreedySelector(_BaseSelector):
         cost = self._check_cost(cost, len(X))
         distances = model_distances(X, metric=self.metric)
         similarity = coverage_similarity(distances, distances.max())
-
-        greedy = self._greedy(similarity, cost)
-        affordable = np.flatnonzero(cost <= self.budget)
-        best_single = affordable[np.argmax(similarity[:, affordable].sum(axis=0))]
-        if _coverage(similarity, [best_single]) > _coverage(similarity, greedy):
-            greedy = [int(best_single)]
-        self._finish(X, greedy)
-        self.coverage_ = _coverage(similarity, greedy)
-        self.total_cost_ = float(cost[greedy].sum())
+        selected, self.coverage_ = coverage_greedy(similarity, cost, self.budget)
+        self._finish(X, selected)
+        self.total_cost_ = float(cost[selected].sum())
         return self
 
-    def _greedy(self, similarity, cost):
-        n_models = len(similarity)
-        best = np.zeros(n_models)  # each model's best similarity to the selection
-        chosen = np.zeros(n_models, dtype=bool)
-        selected, spent = [], 0.0
-        while True:
-            affordable = ~chosen & (cost <= self.budget - spent + 1e-12)
-            if not affordable.any():
-                break
-            gains = np.maximum(similarity - best[:, None], 0.0).sum(axis=0)
-            ratio = np.where(affordable, gains / cost, -np.inf)
-            pick = int(np.argmax(ratio))
-            if gains[pick] <= 0 and selected:
-                break
-            selected.append(pick)
-            chosen[pick] = True
-            spent += cost[pick]
-            best = np.maximum(best, similarity[:, pick])
-        return selected
+
+def coverage_greedy(similarity, cost, budget):
+    """Greedy coverage within a budget, on a precomputed similarity.
+
+    What :class:`CoverageGreedySelector` computes, for callers that choose
+    several selections from one pool (the model map's ladder of budgets) and so
+    compute the similarity once.
+
+    Parameters
+    ----------
+    similarity : ndarray of shape (n_models, n_models)
+        From :func:`coverage_similarity`; column ``j`` is how well model ``j``
+        stands in for each model.
+    cost : ndarray of shape (n_models,)
+        Positive costs.
+    budget : float
+        Largest total cost; at least the cheapest model's cost.
+
+    Returns
+    -------
+    selected : list of int
+        The chosen models, in the order chosen.
+    coverage : float
+        The selection's coverage.
+    """
+    selected = _lazy_greedy(similarity, cost, budget)
+    affordable = np.flatnonzero(cost <= budget)
+    best_single = int(affordable[np.argmax(similarity[:, affordable].sum(axis=0))])
+    coverage = _coverage(similarity, selected)
+    single = _coverage(similarity, [best_single])
+    if single > coverage:
+        return [best_single], single
+    return selected, coverage
+
+
+def _lazy_greedy(similarity, cost, budget):
+    """Add the affordable model of largest coverage gain per unit cost, in turn.
+
+    Gains only shrink as the selection grows (coverage is submodular), so a gain
+    computed at an earlier step bounds the gain now: a max-heap of such bounds
+    needs fresh gains only for the few models at its top (Minoux's lazy greedy,
+    the "CELF" of Leskovec et al., 2007), O(n_models) each instead of
+    O(n_models**2) for every step. Ties go to the lower index, as they would
+    in a full scan.
+    """
+    n_models = len(similarity)
+    best = np.zeros(n_models)  # each model's best similarity to the selection
+    gains = similarity.sum(axis=0)
+    heap = [(-gains[j] / cost[j], j) for j in range(n_models) if cost[j] <= budget]
+    heapq.heapify(heap)
+    fresh = np.zeros(n_models, dtype=np.int64)  # the step each bound was computed
+    selected, spent, step = [], 0.0, 0
+    while heap:
+        bound, j = heapq.heappop(heap)
+        if cost[j] > budget - spent + 1e-12:
+            continue  # unaffordable now and at every later step
+        if fresh[j] < step:
+            gain = np.maximum(similarity[:, j] - best, 0.0).sum()
+            fresh[j] = step
+            heapq.heappush(heap, (-gain / cost[j], j))
+            continue
+        if bound >= 0 and selected:
+            break  # nothing left adds coverage
+        selected.append(int(j))
+        spent += cost[j]
+        best = np.maximum(best, similarity[:, j])
+        step += 1
+    return selected
 
 
 def _coverage(similarity, selected):

@@ -359,6 +359,8 @@ def test_report_writes_the_model_map(workspace, capsys):
             "params",
             "--test-queries",
             "test.txt",
+            "--cost-column",
+            "params",
             cwd=folder,
             capsys=capsys,
         )
@@ -372,6 +374,11 @@ def test_report_writes_the_model_map(workspace, capsys):
     assert shown["groups"] == [str(b) for b in range(5)]
     assert shown["colour"]["by"] == "params"
     assert shown["portfolio"]["full_pool"] is not None
+    budgets = shown["portfolio"]["budgets"]
+    assert budgets["by"] == "params" and budgets["n_priced"] == 30
+    params = dict(zip(data.model_names, data.params_b))
+    for budget, chosen in zip(budgets["values"], budgets["selections"]):
+        assert sum(params[shown["models"][i]] for i in chosen) <= budget
 
 
 def test_version_and_plain_help(capsys):
@@ -645,6 +652,18 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
         (
             ["select", "emb.parquet", "--n-selected", "3", "--budget", "3"],
             "argument --budget: used by --method coverage only",
+        ),
+        (
+            [
+                "report",
+                "model.sklocus",
+                "evals.csv",
+                "-o",
+                "map.html",
+                "--cost-column",
+                "price",
+            ],
+            "evals.csv: no column 'price' (--cost-column)",
         ),
         (["demo", "--epochs", "0"], "argument --epochs: 0 is out of range"),
         (["embedd"], "invalid choice: 'embedd'"),

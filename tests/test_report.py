@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from tiny import TINY_NETWORK
 
-from sklocus import LocusEmbedder
+from sklocus import CoverageGreedySelector, LocusEmbedder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.geometry import nearest_models
@@ -38,6 +38,8 @@ def pool(trained):
     Z = embedder.transform(train_sets)
     groups = {q: f"benchmark {b}" for q, b in zip(data.query_ids, data.benchmarks)}
     metadata = pd.DataFrame({"params_b": data.params_b, "family": data.families})
+    # Two models of unknown size: left out of the portfolios within a budget.
+    metadata.loc[[3, 17], "params_b"] = np.nan
     page = map_data(
         Z,
         data.model_names,
@@ -46,6 +48,7 @@ def pool(trained):
         query_groups=groups,
         metadata=metadata,
         test_queries=test,
+        cost="params_b",
         max_portfolio=12,
         convergence_sizes=(8, 32, 128),
     )
@@ -60,7 +63,8 @@ def test_the_page_data_is_json_with_one_entry_per_model(pool):
     assert np.shape(page["xyz"]) == (n, 3)
     assert len(page["colour"]["values"]) == n
     assert max(page["colour"]["values"]) < len(page["colour"]["labels"])
-    assert page["metadata"]["params_b"] == pytest.approx(list(data.params_b))
+    sizes = [None if i in (3, 17) else p for i, p in enumerate(data.params_b)]
+    assert page["metadata"]["params_b"] == pytest.approx(sizes)
     assert page["groups"] == [f"benchmark {b}" for b in range(5)]
     assert np.shape(page["accuracy"]) == (n, 5)
 
@@ -98,6 +102,45 @@ def test_portfolios_grow_one_model_at_a_time_with_their_routing(pool):
         routing = portfolio["routing"][method]
         assert len(routing) == 12 and all(0 <= r <= 1 for r in routing)
     assert 0 < portfolio["full_pool"] <= 1
+
+
+def test_portfolios_within_a_ladder_of_budgets(pool):
+    data, Z, _, page = pool
+    budgets = page["portfolio"]["budgets"]
+    assert budgets["by"] == "params_b" and budgets["n_priced"] == 38
+    values = budgets["values"]
+    assert values == sorted(values) and len(set(values)) == len(values) > 3
+    priced = np.array([i for i in range(40) if i not in (3, 17)])
+    cost = np.asarray(data.params_b, dtype=float)
+    for budget, chosen, spent, routing in zip(
+        values, budgets["selections"], budgets["total_cost"], budgets["routing"]
+    ):
+        assert not {3, 17} & set(chosen)
+        assert spent == pytest.approx(cost[chosen].sum(), abs=1e-4)
+        assert spent <= budget
+        # The selector's own choice among the priced models, not a copy of it.
+        selector = CoverageGreedySelector(budget=budget).fit(
+            Z[priced], cost=cost[priced]
+        )
+        assert chosen == priced[selector.selected_indices_].tolist()
+        assert routing is None or 0 <= routing <= 1
+    # Each budget buys a different portfolio; the largest buys more models.
+    selections = budgets["selections"]
+    assert all(a != b for a, b in zip(selections, selections[1:]))
+    assert len(selections[-1]) > len(selections[0])
+
+
+def test_a_map_without_costs_offers_no_budgets():
+    Z = np.random.default_rng(0).normal(size=(8, 3))
+    page = map_data(Z, [f"m{i}" for i in range(8)])
+    assert page["portfolio"]["budgets"] is None
+    equal = map_data(Z, [f"m{i}" for i in range(8)], cost=np.ones(8))
+    budgets = equal["portfolio"]["budgets"]
+    # With equal costs a budget is a number of models: each buys more, up to
+    # every model (max_portfolio is above 8), and none is a repeat.
+    sizes = [len(s) for s in budgets["selections"]]
+    assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == 8
+    assert budgets["by"] == "cost"
 
 
 def test_convergence_shrinks_as_evaluations_are_added(pool):
@@ -139,6 +182,14 @@ def test_colour_by_a_metadata_column():
         ({"metadata": pd.DataFrame({"x": [1]})}, "metadata has 1 rows"),
         ({"colour": "size"}, "colour='size' is neither 'cluster' nor a metadata"),
         ({"n_neighbours": 0}, "n_neighbours=0 must be at least 1"),
+        ({"cost": "params"}, "cost='params' is not a metadata column"),
+        ({"cost": [1, 2, 3]}, r"cost has shape \(3,\); give one cost per model \(6\)"),
+        ({"cost": [1, 2, -1, 1, 1, 1]}, "model 'm2' has cost -1.0; costs must be"),
+        ({"cost": [np.nan] * 6}, "no model has a known cost"),
+        (
+            {"cost": "size", "metadata": pd.DataFrame({"size": [1, 2, "7B", 1, 1, 1]})},
+            "model 'm2' has size '7B'; a cost must be a number",
+        ),
     ],
 )
 def test_bad_input_is_named(change, message):

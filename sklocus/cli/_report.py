@@ -15,6 +15,7 @@ from sklocus.cli._tables import (
     per_query,
     read_evaluations,
     read_lines,
+    require_columns,
 )
 
 
@@ -57,6 +58,13 @@ def register(commands):
         help="colour by cluster (default) or by a --metadata-column",
     )
     page.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="each model's cost, such as its parameters: the portfolio panel "
+        "then also offers coverage within a budget (models with no value are "
+        "left out of those portfolios)",
+    )
+    page.add_argument(
         "--test-queries",
         metavar="FILE",
         help="held-out queries, one per line: left out of the embeddings, and "
@@ -92,10 +100,18 @@ def run_report(arguments):
     if arguments.group_column is not None:
         groups = per_query(evaluations, arguments.query_column, arguments.group_column)
     metadata = None
-    if arguments.metadata_column:
-        metadata = per_model(
-            evaluations, arguments.model_column, arguments.metadata_column
+    columns = list(dict.fromkeys(arguments.metadata_column))
+    if arguments.cost_column is not None:
+        # Checked here, so that a missing column is named by its own option.
+        require_columns(
+            evaluations.model_table,
+            {"--cost-column": arguments.cost_column},
+            evaluations.source,
         )
+        if arguments.cost_column not in columns:
+            columns.append(arguments.cost_column)
+    if columns:
+        metadata = per_model(evaluations, arguments.model_column, columns)
     test_queries = None
     if arguments.test_queries is not None:
         test_queries = [line.strip() for line in read_lines(arguments.test_queries)]
@@ -108,6 +124,7 @@ def run_report(arguments):
         metadata=metadata,
         colour=arguments.colour,
         test_queries=test_queries,
+        cost=arguments.cost_column,
         n_clusters=arguments.n_clusters,
         title=arguments.title,
     )

@@ -12,13 +12,14 @@ import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
 
-from sklocus._selection import CoverageGreedySelector, KCenterSelector
+from sklocus._selection import KCenterSelector, coverage_greedy, coverage_similarity
 from sklocus._versioning import __version__
 from sklocus.evaluations import check_evaluation_sets, subsample, to_matrix
 from sklocus.geometry import (
     check_embeddings,
     cluster_models,
     find_duplicates,
+    model_distances,
     nearest_models,
 )
 from sklocus.metrics import routing_accuracy
@@ -162,6 +163,7 @@ def map_data(
     metadata=None,
     colour=None,
     test_queries=None,
+    cost=None,
     n_clusters=8,
     n_neighbours=10,
     max_portfolio=50,
@@ -195,6 +197,11 @@ def map_data(
     test_queries : sequence, default=None
         Held-out queries: the portfolio's routing accuracy is measured on them.
         Leave them out of the evaluations behind ``embeddings``.
+    cost : str or array-like of shape (n_models,), default=None
+        Each model's cost (parameters, price...), positive, NaN where unknown: a
+        column of ``metadata`` or the values. With it, the page also offers
+        greedy coverage within a ladder of about ten budgets, chosen among the
+        models whose cost is known.
     n_clusters : int, default=8
     n_neighbours : int, default=10
         Neighbours listed per model (at most ``n_models - 1``).
@@ -246,6 +253,8 @@ def map_data(
         if value < low:
             raise ValueError(f"{name}={value} must be at least {low}")
     metadata = _check_metadata(metadata, names)
+    if cost is not None:
+        cost = _check_cost(cost, metadata, names)
 
     scores = queries = train = held = None
     if evaluation_sets is not None:
@@ -294,7 +303,7 @@ def map_data(
         "neighbours": near,
         "duplicates": duplicates,
         "portfolio": _portfolio(
-            Z, embedder, scores, queries, held, test_queries, max_portfolio
+            Z, embedder, held, queries, test_queries, max_portfolio, cost
         ),
         "convergence": None,
     }
@@ -312,37 +321,135 @@ def map_data(
     return data
 
 
-def _portfolio(Z, embedder, scores, queries, held, test_queries, max_portfolio):
-    """Nested portfolios of up to ``max_portfolio`` models, and their routing.
+def _portfolio(Z, embedder, held, queries, test_queries, max_portfolio, cost):
+    """Portfolios of up to ``max_portfolio`` models, and their routing.
 
     Farthest-first (k-center) and greedy coverage with unit costs both grow one
     model at a time, so the first k of each order is that method's portfolio of
-    k models, and the page can offer every k from one order.
+    k models, and the page can offer every k from one order. Coverage under a
+    budget is not nested (a larger budget can drop a model a smaller one chose),
+    so with costs the page offers a ladder of budgets, each selection in full.
     """
     max_k = min(max_portfolio, len(Z))
+    # One distance matrix serves every coverage selection: at 5,949 models
+    # each costs seconds.
+    distances = model_distances(Z)
+    unit_cost = np.ones(len(Z))
+    coverage, _ = coverage_greedy(
+        coverage_similarity(distances, distances.max()), unit_cost, max_k
+    )
     orders = {
         "k-center": KCenterSelector(n_selected=max_k).fit(Z).selected_indices_,
-        "coverage": CoverageGreedySelector(budget=max_k).fit(Z).selected_indices_,
+        "coverage": coverage,
     }
-    routing = {method: [None] * max_k for method in orders}
-    full_pool = None
-    if embedder is not None and scores is not None and test_queries:
-        held_queries = [q for q in queries if q in set(test_queries)]
-        if held_queries:
-            observed, _ = to_matrix(held, queries=held_queries)
-            predicted = embedder.predict_correctness(Z, held_queries)
-            full_pool = _routing(observed, predicted)
-            for method, order in orders.items():
-                for size in range(1, len(order) + 1):
-                    chosen = order[:size]
-                    routing[method][size - 1] = _routing(
-                        observed[chosen], predicted[chosen]
-                    )
-    return {
+    route = _router_of_portfolios(Z, embedder, held, queries, test_queries)
+    portfolio = {
         "max_k": int(max(len(order) for order in orders.values())),
         "orders": {method: [int(i) for i in order] for method, order in orders.items()},
+        "routing": {
+            method: [route(order[:size]) for size in range(1, len(order) + 1)]
+            for method, order in orders.items()
+        },
+        "full_pool": route(np.arange(len(Z))),
+        "budgets": None,
+    }
+    if cost is not None:
+        portfolio["budgets"] = _budget_portfolios(distances, cost, max_k, route)
+    return portfolio
+
+
+def _router_of_portfolios(Z, embedder, held, queries, test_queries):
+    """Return a function from a portfolio's indices to its held-out routing.
+
+    It answers None for every portfolio when there is nothing to measure on: no
+    embedder, no evaluations or no held-out query among them.
+    """
+    held_queries = []
+    if embedder is not None and held is not None and test_queries:
+        test = set(test_queries)
+        held_queries = [q for q in queries if q in test]
+    if not held_queries:
+        return lambda chosen: None
+    observed, _ = to_matrix(held, queries=held_queries)
+    predicted = embedder.predict_correctness(Z, held_queries)
+    return lambda chosen: _routing(observed[chosen], predicted[chosen])
+
+
+def _check_cost(cost, metadata, names):
+    """Each model's cost as floats (NaN where unknown), and what it is called."""
+    if isinstance(cost, str):
+        if cost not in metadata.columns:
+            raise ValueError(
+                f"cost={cost!r} is not a metadata column; the columns are "
+                f"{list(metadata.columns)}"
+            )
+        name, column = cost, metadata[cost]
+        values = pd.to_numeric(column, errors="coerce")
+        unreadable = (values.isna() & column.notna()).to_numpy()
+        if unreadable.any():
+            i = int(np.argmax(unreadable))
+            raise ValueError(
+                f"model {names[i]!r} has {name} {column.iloc[i]!r}; a cost must "
+                "be a number (or missing where unknown)"
+            )
+        values = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        name, values = "cost", np.asarray(cost, dtype=np.float64)
+    if values.shape != (len(names),):
+        raise ValueError(
+            f"cost has shape {values.shape}; give one cost per model ({len(names)})"
+        )
+    bad = np.isinf(values) | (values <= 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"model {names[i]!r} has {name} {float(values[i])!r}; costs must be "
+            "positive and finite (NaN where unknown)"
+        )
+    if np.isnan(values).all():
+        raise ValueError(f"no model has a known {name}; give at least one cost")
+    return name, values
+
+
+def _budget_ladder(cost, max_k, n_budgets):
+    """Budgets from one typical model to ``max_k`` of them, spaced geometrically.
+
+    A typical model costs the median: the cheapest ones (a 1M-parameter toy in
+    a pool of 7B models) would spend half the ladder on budgets nobody deploys.
+    Rounded to two significant digits, to read as budgets a person would choose.
+    """
+    typical = float(np.median(cost))
+    ladder = np.geomspace(typical, min(typical * max_k, cost.sum()), n_budgets)
+    return sorted({max(float(f"{b:.2g}"), float(cost.min())) for b in ladder})
+
+
+def _budget_portfolios(distances, cost, max_k, route, n_budgets=10):
+    """Greedy coverage within each budget of a ladder, among the priced models.
+
+    Each selection is what ``CoverageGreedySelector(budget).fit(Z[priced],
+    cost=cost[priced])`` chooses, from one similarity matrix.
+    """
+    name, cost = cost
+    priced = np.flatnonzero(~np.isnan(cost))
+    among = distances[np.ix_(priced, priced)]
+    similarity = coverage_similarity(among, among.max())
+    budgets, selections, spent, routing = [], [], [], []
+    for budget in _budget_ladder(cost[priced], max_k, n_budgets):
+        chosen, _ = coverage_greedy(similarity, cost[priced], budget)
+        chosen = priced[chosen]
+        if selections and selections[-1] == chosen.tolist():
+            continue  # a budget that buys nothing more is no choice
+        budgets.append(budget)
+        selections.append([int(i) for i in chosen])
+        spent.append(round(float(cost[chosen].sum()), _DIGITS))
+        routing.append(route(chosen))
+    return {
+        "by": name,
+        "n_priced": int(len(priced)),
+        "values": budgets,
+        "selections": selections,
+        "total_cost": spent,
         "routing": routing,
-        "full_pool": full_pool,
     }
 
 

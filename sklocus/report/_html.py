@@ -52,6 +52,8 @@ _SCRIPT = r"""
     "#B07AA1", "#9C755F", "#EDC948", "#76B7B2", "#FF9DA7"];
   const SELECTED_TRACE = 1;
   const PORTFOLIO_TRACE = 2;
+  // The method whose portfolios come from a ladder of budgets, not a k.
+  const BUDGET_METHOD = "budget";
   const indexByName = new Map();
   data.models.forEach(function (name, i) {
     if (!indexByName.has(name)) indexByName.set(name, i);
@@ -275,13 +277,35 @@ _SCRIPT = r"""
     document.body.dataset.selected = String(index);
   }
 
-  function showPortfolio() {
-    const input = document.getElementById("portfolio-k");
+  // The chosen portfolio, its routing accuracy and a note on what it costs.
+  function currentPortfolio() {
     const method = document.getElementById("portfolio-method").value;
-    const maxK = data.portfolio.max_k;
-    const k = Math.min(Math.max(parseInt(input.value, 10) || 1, 1), maxK);
+    const budgets = data.portfolio.budgets;
+    if (method === BUDGET_METHOD) {
+      const b = Number(document.getElementById("portfolio-budget").value);
+      return {
+        models: budgets.selections[b], routing: budgets.routing[b],
+        note: budgets.by + " " + formatValue(budgets.total_cost[b]) + " of " +
+          formatValue(budgets.values[b]) + ", among the " + budgets.n_priced +
+          " models whose " + budgets.by + " is known",
+      };
+    }
+    const input = document.getElementById("portfolio-k");
+    const k = Math.min(Math.max(parseInt(input.value, 10) || 1, 1),
+      data.portfolio.max_k);
+    const routing = data.portfolio.routing[method];
     // Orders are nested: the best k-model portfolio is the first k entries.
-    portfolio = data.portfolio.orders[method].slice(0, k);
+    return { models: data.portfolio.orders[method].slice(0, k),
+      routing: routing ? routing[k - 1] : null, note: "" };
+  }
+
+  function showPortfolio() {
+    const byBudget =
+      document.getElementById("portfolio-method").value === BUDGET_METHOD;
+    document.getElementById("portfolio-k-label").hidden = byBudget;
+    document.getElementById("portfolio-budget-label").hidden = !byBudget;
+    const chosen = currentPortfolio();
+    portfolio = chosen.models;
     Plotly.restyle(mapDiv, highlightCoordinates(portfolio), [PORTFOLIO_TRACE]);
     const list = document.getElementById("portfolio-list");
     list.replaceChildren();
@@ -290,12 +314,19 @@ _SCRIPT = r"""
       item.appendChild(modelLink(i));
       list.appendChild(item);
     });
-    const routing = data.portfolio.routing[method];
     document.getElementById("portfolio-routing").textContent =
-      formatPercent(routing ? routing[k - 1] : null);
+      formatPercent(chosen.routing);
     document.getElementById("portfolio-full").textContent =
       formatPercent(data.portfolio.full_pool);
+    document.getElementById("portfolio-cost").textContent = chosen.note;
     document.body.dataset.portfolio = portfolio.join(",");
+  }
+
+  function addOption(select, value, text) {
+    const option = document.createElement("option");
+    option.value = value;
+    option.textContent = text;
+    select.appendChild(option);
   }
 
   function buildPortfolio() {
@@ -306,13 +337,20 @@ _SCRIPT = r"""
     input.value = String(Math.min(5, data.portfolio.max_k));
     const methods = document.getElementById("portfolio-method");
     Object.keys(data.portfolio.orders).forEach(function (method) {
-      const option = document.createElement("option");
-      option.value = method;
-      option.textContent = method;
-      methods.appendChild(option);
+      addOption(methods, method, method);
     });
+    const budgets = data.portfolio.budgets;
+    const budget = document.getElementById("portfolio-budget");
+    if (budgets) {
+      addOption(methods, BUDGET_METHOD, "coverage within a budget");
+      budgets.values.forEach(function (value, b) {
+        addOption(budget, String(b), budgets.by + " \u2264 " + formatValue(value));
+      });
+      budget.value = String(Math.floor((budgets.values.length - 1) / 2));
+    }
     input.addEventListener("input", showPortfolio);
     methods.addEventListener("change", showPortfolio);
+    budget.addEventListener("change", showPortfolio);
     showPortfolio();
   }
 
@@ -383,11 +421,14 @@ _PAGE = """<!DOCTYPE html>
   <aside>
     <section id="portfolio">
       <h2>Portfolio</h2>
-      <label>k <input id="portfolio-k" type="number" min="1" step="1"
-        style="width: 5em"></label>
       <label>method <select id="portfolio-method"></select></label>
+      <label id="portfolio-k-label">k <input id="portfolio-k" type="number"
+        min="1" step="1" style="width: 5em"></label>
+      <label id="portfolio-budget-label" hidden>budget
+        <select id="portfolio-budget"></select></label>
       <p>Routing accuracy on held-out queries: <b id="portfolio-routing"></b>
         (full pool: <b id="portfolio-full"></b>)</p>
+      <p id="portfolio-cost" class="muted"></p>
       <ol id="portfolio-list"></ol>
     </section>
     <p id="placeholder" class="muted">Click a point to see the model.</p>
