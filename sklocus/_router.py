@@ -364,12 +364,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             raise ValueError(f"cannot {verb} every model; leave at least one")
         return mask
 
-    def _utility(self, probabilities):
-        if self.cost_ is None or self.cost_weight == 0:
+    def _utility(self, probabilities, cost_weight):
+        if self.cost_ is None or cost_weight == 0:
             return probabilities
         largest = self.cost_.max()
         normalised = self.cost_ / largest if largest > 0 else self.cost_
-        return probabilities - self.cost_weight * normalised[None, :]
+        return probabilities - cost_weight * normalised[None, :]
 
     def predict(self, X, exclude=None):
         """Choose a model for each query.
@@ -391,7 +391,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         models, _ = self.rank_models(X, k=1, exclude=exclude)
         return models[:, 0]
 
-    def rank_models(self, X, k=3, exclude=None):
+    def rank_models(self, X, k=3, exclude=None, *, cost_weight=None):
         """List the ``k`` best models for each query, best first, with probabilities.
 
         Models are ranked as :meth:`predict` chooses them: by probability of a
@@ -405,6 +405,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             Models to list per query; at most the number of models not excluded.
         exclude : sequence of model names, default=None
             Models that are unavailable; they are never listed.
+        cost_weight : float, default=None
+            The weight of cost for this call only; ``None`` uses the router's
+            ``cost_weight``. A served router takes it per request this way,
+            without changing the shared estimator.
 
         Returns
         -------
@@ -433,6 +437,21 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ((2, 2), (2, 2))
         """
         check_is_fitted(self, "embeddings_")
+        if cost_weight is None:
+            cost_weight = self.cost_weight
+        elif (
+            isinstance(cost_weight, bool)
+            or not isinstance(cost_weight, numbers.Real)
+            or not 0 <= cost_weight < np.inf
+        ):
+            raise ValueError(
+                f"cost_weight={cost_weight!r} must be a finite number of at least 0"
+            )
+        elif cost_weight and self.cost_ is None:
+            raise ValueError(
+                f"cost_weight={cost_weight!r} needs costs, but the router was "
+                "fitted without them"
+            )
         excluded = self._select(exclude, "exclude")
         available = int((~excluded).sum())
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
@@ -445,7 +464,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ranked = np.empty((len(queries), k), dtype=np.int64)
         probabilities = np.empty((len(queries), k), dtype=np.float32)
         for start, chunk in self._chunks(queries):
-            utility = self._utility(chunk).astype(np.float64)
+            utility = self._utility(chunk, cost_weight).astype(np.float64)
             utility[:, excluded] = -np.inf
             # Near-ties go to the model listed first in classes_: lift that one
             # above the rest before sorting.

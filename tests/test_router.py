@@ -213,6 +213,21 @@ def test_rank_models_lists_the_choice_first_then_by_utility(router, problem):
         assert (listed[:, :1] >= listed[:, 1:] - 1e-6).all()
 
 
+def test_cost_weight_of_one_call_leaves_the_router_as_it_was(router, problem):
+    *_, test, _ = problem
+    weighted = _copy(router).set_params(cost_weight=0.3)
+    models, probabilities = router.rank_models(test, k=3, cost_weight=0.3)
+    expected, expected_p = weighted.rank_models(test, k=3)
+    np.testing.assert_array_equal(models, expected)
+    np.testing.assert_array_equal(probabilities, expected_p)
+    assert router.cost_weight == 0.0
+    unweighted, _ = weighted.rank_models(test, k=3, cost_weight=0)
+    np.testing.assert_array_equal(unweighted, router.rank_models(test, k=3)[0])
+    for bad in (-1, float("nan"), float("inf"), True, "0.3"):
+        with pytest.raises(ValueError, match="must be a finite number of at least 0"):
+            router.rank_models(test, cost_weight=bad)
+
+
 @pytest.mark.parametrize("k", [0, 16, 2.0, True])
 def test_rank_models_refuses_k_beyond_the_available_models(router, problem, k):
     *_, test, _ = problem
