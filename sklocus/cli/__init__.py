@@ -7,7 +7,7 @@ import sys
 import warnings
 
 from sklocus._versioning import __version__
-from sklocus.cli import _demo, _geometry, _models, _report
+from sklocus.cli import _demo, _geometry, _models, _report, _serve
 from sklocus.cli._common import Parser, UserError, one_line
 
 __all__ = ["main"]
@@ -16,8 +16,9 @@ DESCRIPTION = (
     "LOCUS model embeddings from the shell. 'sklocus fit' trains an embedder on a "
     "long table of evaluations (one row per model, query and score) and saves it; "
     "'embed' and 'route' use it on a pool of models; 'neighbors', 'duplicates', "
-    "'clusters' and 'select' work on the embeddings; 'demo' runs the main job on "
-    "built-in data. 'sklocus COMMAND --help' lists a command's options."
+    "'clusters' and 'select' work on the embeddings; 'report' writes the model "
+    "map; 'serve' serves a router over HTTP; 'demo' runs the main job on built-in "
+    "data. 'sklocus COMMAND --help' lists a command's options."
 )
 
 # What a user's input can make the library raise: each carries a message that
@@ -36,7 +37,7 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Subcommand parsers are built by add_parser from the parent's class, so
     # their usage errors are one line too.
-    for module in (_models, _geometry, _report, _demo):
+    for module in (_models, _geometry, _report, _serve, _demo):
         module.register(commands)
     return parser
 

@@ -231,7 +231,11 @@ def load_embedder(path):
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such model file")
-    embedder = load(path)
+    return checked_embedder(load(path), path)
+
+
+def checked_embedder(embedder, path):
+    """``embedder``, loaded from ``path``, if it is a fitted LocusEmbedder."""
     if not isinstance(embedder, LocusEmbedder):
         raise UserError(
             f"{path} holds a {type(embedder).__name__}; expected a LocusEmbedder "
@@ -296,6 +300,14 @@ def run_embed(arguments):
     return 0
 
 
+def build_router(embedder, evaluations, cost_weight=0.0):
+    """Build a router over the pool of ``evaluations`` with a trained embedder."""
+    scores, pool_queries = to_matrix(evaluations.sets)
+    Y = pd.DataFrame(scores.T, columns=evaluations.model_names)
+    router = LocusRouter(FrozenEstimator(embedder), cost_weight=cost_weight)
+    return router.fit(pool_queries, Y, cost=evaluations.costs)
+
+
 def run_route(arguments):
     """Route each query to a model of the pool."""
     if (arguments.cost_column is None) != (arguments.cost_weight is None):
@@ -309,13 +321,7 @@ def run_route(arguments):
     ids, queries = read_queries(
         arguments.queries, arguments.query_column, arguments.text_column
     )
-    scores, pool_queries = to_matrix(evaluations.sets)
-    Y = pd.DataFrame(scores.T, columns=evaluations.model_names)
-    router = LocusRouter(
-        FrozenEstimator(embedder), cost_weight=arguments.cost_weight or 0.0
-    )
-    costs = evaluations.costs
-    router.fit(pool_queries, Y, cost=None if costs is None else costs)
+    router = build_router(embedder, evaluations, arguments.cost_weight or 0.0)
     models, probabilities = router.rank_models(
         queries, k=arguments.top_k, exclude=arguments.exclude or None
     )

@@ -1,0 +1,356 @@
+"""The served router, apart from HTTP: what each request does, and its errors.
+
+:class:`RouterService` holds one fitted :class:`~sklocus.LocusRouter` and answers
+routing, prediction and changes to the pool. Requests read the router as it was
+when they began; a change builds a new router and then publishes it with one
+assignment, so a request never sees half of an onboarding. Changes are made one
+at a time, under a lock.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from sklocus._router import LocusRouter
+
+__all__ = ["RequestError", "RouterService"]
+
+
+class RequestError(ValueError):
+    """A request the service cannot answer, with the field it blames.
+
+    Parameters
+    ----------
+    field : tuple
+        Where in the request body the fault lies, e.g. ``("exclude", 2)``; empty
+        for the request as a whole.
+    message : str
+        What is wrong and what was expected.
+    status : int, default=422
+        The HTTP status that answers it.
+    """
+
+    def __init__(self, field, message, status=422):
+        super().__init__(message)
+        self.field = tuple(field)
+        self.message = message
+        self.status = status
+
+
+def _query_encoder(router):
+    embedder = router.embedder_
+    return getattr(embedder, "estimator", embedder).query_encoder_
+
+
+class RouterService:
+    """Route queries with a fitted router, and change its pool while serving.
+
+    Parameters
+    ----------
+    router : LocusRouter
+        Fitted. The service works on its own copy.
+    path : str or path-like, default=None
+        The model file the router came from; changes are saved to it when
+        ``write_back`` is True.
+    write_back : bool, default=False
+        Save the router to ``path`` after each change, atomically (a new file
+        then renamed over the old one), before the change is served.
+    max_batch : int, default=256
+        Most queries (or models) one request may name.
+
+    Examples
+    --------
+    >>> from sklocus.serve import RouterService
+    >>> service = RouterService(router)  # doctest: +SKIP
+    >>> service.route(["What is 2 + 2?"], top_k=2)  # doctest: +SKIP
+    [{'query': 'What is 2 + 2?', 'model': 'a', 'top': [...]}]
+    """
+
+    def __init__(self, router, *, path=None, write_back=False, max_batch=256):
+        if not isinstance(router, LocusRouter):
+            raise TypeError(
+                f"RouterService serves a LocusRouter; got {type(router).__name__}"
+            )
+        check_is_fitted(router, "embeddings_")
+        numbered = [name for name in router.classes_ if not isinstance(name, str)]
+        if numbered:
+            raise ValueError(
+                f"the router's models must be named with text to be served over "
+                f"JSON; model {numbered[0]!r} is a {type(numbered[0]).__name__}"
+            )
+        if write_back and path is None:
+            raise ValueError("write_back=True needs the path of the model file")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int):
+            raise ValueError(f"max_batch={max_batch!r} must be a positive integer")
+        if max_batch < 1:
+            raise ValueError(f"max_batch={max_batch!r} must be a positive integer")
+        self._router = copy.copy(router)
+        self.path = None if path is None else Path(path)
+        self.write_back = bool(write_back)
+        self.max_batch = max_batch
+        self._changing = threading.Lock()
+
+    @property
+    def router(self):
+        """LocusRouter: the router that new requests read."""
+        return self._router
+
+    # -- checks ---------------------------------------------------------------
+
+    def _check_batch(self, items, field):
+        if len(items) == 0:
+            raise RequestError((field,), f"{field} is empty; give at least one")
+        if len(items) > self.max_batch:
+            raise RequestError(
+                (field,),
+                f"{len(items)} {field} in one request; at most {self.max_batch}",
+            )
+
+    @staticmethod
+    def _check_names(router, names, field):
+        known = set(router.classes_.tolist())
+        for position, name in enumerate(names):
+            if name not in known:
+                raise RequestError(
+                    (field, position), f"{name!r} is not a model of the router"
+                )
+
+    @staticmethod
+    def _encoding_error(error, queries):
+        """Blame the query an encoder refused, when its message names one."""
+        message = str(error)
+        for position, query in enumerate(queries):
+            if repr(query) in message:
+                return RequestError(("queries", position), message)
+        return RequestError(("queries",), message)
+
+    # -- reading ----------------------------------------------------------------
+
+    def route(self, queries, *, exclude=None, cost_weight=None, top_k=None):
+        """List the best models for each query, best first.
+
+        Parameters
+        ----------
+        queries : list of str
+            Query texts, or ids the router's precomputed encoder knows.
+        exclude : list of str, default=None
+            Models not to route to.
+        cost_weight : float, default=None
+            Weight of cost for this request; ``None`` uses the router's.
+        top_k : int, default=None
+            Models listed per query; ``None`` lists up to 3.
+
+        Returns
+        -------
+        list of dict
+            One ``{"query", "model", "top": [{"model", "p"}, ...]}`` per query,
+            in order.
+        """
+        router = self._router  # one snapshot for the whole request
+        self._check_batch(queries, "queries")
+        exclude = list(exclude or [])
+        self._check_names(router, exclude, "exclude")
+        available = len(router.classes_) - len(set(exclude))
+        if available < 1:
+            raise RequestError(("exclude",), "excludes every model; leave at least one")
+        if top_k is None:
+            top_k = min(3, available)
+        elif not 1 <= top_k <= available:
+            raise RequestError(
+                ("top_k",),
+                f"top_k={top_k}; expected 1 to {available}, the models available",
+            )
+        if cost_weight is not None:
+            if not math.isfinite(cost_weight) or cost_weight < 0:
+                raise RequestError(
+                    ("cost_weight",),
+                    f"cost_weight={cost_weight}; expected a finite number of at "
+                    "least 0",
+                )
+            if cost_weight and router.cost_ is None:
+                raise RequestError(("cost_weight",), "the router has no costs to weigh")
+        try:
+            models, probabilities = router.rank_models(
+                queries, k=top_k, exclude=exclude or None, cost_weight=cost_weight
+            )
+        except (ValueError, TypeError, KeyError) as error:
+            raise self._encoding_error(error, queries) from None
+        return [
+            {
+                "query": query,
+                "model": str(row[0]),
+                "top": [
+                    {"model": str(model), "p": float(p)}
+                    for model, p in zip(row, chances)
+                ],
+            }
+            for query, row, chances in zip(queries, models.tolist(), probabilities)
+        ]
+
+    def predict(self, queries, models=None):
+        """P(correct) of each model on each query.
+
+        Parameters
+        ----------
+        queries : list of str
+        models : list of str, default=None
+            The models to score, each of the router's; ``None`` scores all.
+
+        Returns
+        -------
+        dict
+            ``{"models": [...], "queries": [...], "p": [[...], ...]}``, one row
+            of ``p`` per query, one column per model.
+        """
+        router = self._router
+        self._check_batch(queries, "queries")
+        if models is None:
+            columns = np.arange(len(router.classes_))
+        else:
+            self._check_batch(models, "models")
+            self._check_names(router, models, "models")
+            index = {name: j for j, name in enumerate(router.classes_.tolist())}
+            columns = np.array([index[name] for name in models])
+        try:
+            probabilities = router.embedder_.predict_correctness(
+                router.embeddings_[columns], queries
+            )
+        except (ValueError, TypeError, KeyError) as error:
+            raise self._encoding_error(error, queries) from None
+        return {
+            "models": [str(name) for name in router.classes_[columns]],
+            "queries": list(queries),
+            "p": probabilities.T.astype(np.float64).tolist(),
+        }
+
+    def models(self):
+        """List the models served, with their costs.
+
+        Returns
+        -------
+        list of dict
+            ``{"name", "cost"}`` per model, ``cost`` None without costs.
+        """
+        router = self._router
+        costs = [None] * len(router.classes_)
+        if router.cost_ is not None:
+            costs = router.cost_.astype(np.float64).tolist()
+        return [
+            {"name": str(name), "cost": cost}
+            for name, cost in zip(router.classes_.tolist(), costs)
+        ]
+
+    def health(self):
+        """Say what the service serves, for a health check.
+
+        Returns
+        -------
+        dict
+        """
+        from sklocus._versioning import __version__
+
+        router = self._router
+        return {
+            "status": "ok",
+            "n_models": int(len(router.classes_)),
+            "write_back": self.write_back,
+            "sklocus_version": __version__,
+        }
+
+    def warm_up(self):
+        """Load the query encoder and run one routing pass before serving.
+
+        The first request would otherwise wait seconds for the sentence encoder
+        to load.
+        """
+        encoder = _query_encoder(self._router)
+        known = getattr(encoder, "queries", None)
+        query = known[0] if known is not None and len(known) else "warm-up"
+        self._router.rank_models([query], k=1)
+
+    # -- changing the pool ------------------------------------------------------
+
+    def _publish(self, changed):
+        """Save ``changed`` if asked, then serve it: one assignment, no tearing."""
+        if self.write_back:
+            from sklocus._persistence import save
+
+            save(changed, self.path)  # a new file renamed over the old one
+        self._router = changed
+
+    def add_model(self, name, evaluations, cost=None):
+        """Onboard one model from its evaluations: one forward pass.
+
+        Parameters
+        ----------
+        name : str
+            New to the router.
+        evaluations : dict
+            ``{query: score}``, scores in [0, 1].
+        cost : float, default=None
+            Required when the router has costs, refused otherwise.
+
+        Returns
+        -------
+        dict
+            ``{"model", "n_evaluations", "n_models"}``.
+        """
+        if len(evaluations) == 0:
+            raise RequestError(("evaluations",), "no evaluations; give at least one")
+        with self._changing:
+            router = self._router
+            if name in set(router.classes_.tolist()):
+                raise RequestError(
+                    ("name",), f"model {name!r} is already served", status=409
+                )
+            if (cost is None) != (router.cost_ is None):
+                message = (
+                    "the router has costs; give this model's cost"
+                    if cost is None
+                    else "the router has no costs; leave cost out"
+                )
+                raise RequestError(("cost",), message)
+            changed = copy.copy(router)
+            try:
+                changed.add_models(
+                    [evaluations], [name], cost=None if cost is None else [cost]
+                )
+            except (ValueError, TypeError, KeyError) as error:
+                raise RequestError(("evaluations",), str(error)) from None
+            self._publish(changed)
+            return {
+                "model": name,
+                "n_evaluations": len(evaluations),
+                "n_models": int(len(changed.classes_)),
+            }
+
+    def remove_model(self, name):
+        """Stop serving one model.
+
+        Parameters
+        ----------
+        name : str
+
+        Returns
+        -------
+        dict
+            ``{"model", "n_models"}``.
+        """
+        with self._changing:
+            router = self._router
+            if name not in set(router.classes_.tolist()):
+                raise RequestError(("name",), f"no model {name!r}", status=404)
+            if len(router.classes_) == 1:
+                raise RequestError(
+                    ("name",), f"{name!r} is the last model; keep one", status=409
+                )
+            changed = copy.copy(router)
+            changed.remove_models([name])
+            self._publish(changed)
+            return {"model": name, "n_models": int(len(changed.classes_))}
