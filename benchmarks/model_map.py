@@ -12,8 +12,9 @@ columns, ``models.parquet``, precomputed query encodings; see
 ``sklocus.datasets.load_evaluations``). FILE is an embedder saved with
 ``sklocus.save``, e.g. by ``sklocus fit DATA_FOLDER -o FILE``. The map colours
 models by architecture, groups queries by benchmark, offers portfolios within a
-parameter budget, and measures portfolios on the test split. ``--screenshot`` opens the page in headless Chromium (Playwright
-and Debian's chromium) and saves what it shows after clicking the first model.
+parameter budget, and measures portfolios on the test split. ``--screenshot``
+opens the page in headless Chromium (Playwright and Debian's chromium) and saves
+what it shows after clicking the first model.
 """
 
 from __future__ import annotations
