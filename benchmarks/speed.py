@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _sections import keep_sections
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from sklocus import LocusEmbedder
@@ -460,7 +461,7 @@ def main():
         ],
     ]
     if arguments.skip_encoding:
-        Path(arguments.out).write_text("\n".join(lines) + "\n")
+        Path(arguments.out).write_text(keep_sections(arguments.out, "\n".join(lines)))
         return
     first_pass, cached = encoding_throughput()
     lines += [
@@ -470,7 +471,8 @@ def main():
         f"First pass: {first_pass:.0f} queries/s; second pass (in-memory cache): "
         f"{cached:.0f} queries/s.",
     ]
-    Path(arguments.out).write_text("\n".join(lines) + "\n")
+    # Other scripts' sections of the page (benchmarks/serve.py's) stay.
+    Path(arguments.out).write_text(keep_sections(arguments.out, "\n".join(lines)))
 
 
 if __name__ == "__main__":

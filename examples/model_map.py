@@ -6,8 +6,9 @@ One self-contained HTML file shows a pool of models the way the LOCUS paper's
 page does: a 3-D map of their embeddings to rotate and zoom, each model's
 accuracy by benchmark, its nearest neighbours (click one to follow it) and
 near-duplicates, portfolios of k models (or within a parameter budget) with
-their routing accuracy on held-out queries, and how a model's embedding converges as evaluations are added. It
-needs plotly (``pip install "sklocus[report]"``) and opens offline.
+their routing accuracy on held-out queries, and how a model's embedding
+converges as evaluations are added. It needs plotly
+(``pip install "sklocus[report]"``) and opens offline.
 
 This script maps the Open LLM Leaderboard models when the environment variable
 ``SKLOCUS_OPENLLM`` names a folder of them in ``load_evaluations``' layout, and

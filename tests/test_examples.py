@@ -61,6 +61,13 @@ def _the_map_is_written(output):
     assert re.search(r"wrote model-map\.html \([0-9.]+ MiB\)", output), output
 
 
+def _the_server_routes_and_onboards(output):
+    assert "same routes as in Python: True" in output
+    assert "models in the file: 60" in output
+    assert "422 [{'loc': ['body', 'exclude', 0]" in output
+    assert "server exit status: 0" in output
+
+
 def _search_names_a_best_setting(output):
     assert re.search(r"best: \{'n_latents': (4|16)\}", output), output
 
@@ -73,6 +80,7 @@ CHECKS = {
     "substitutes_and_fallback.py": _fallback_moves_only_the_lost_queries,
     "grid_search_n_latents.py": _search_names_a_best_setting,
     "model_map.py": _the_map_is_written,
+    "serve_over_http.py": _the_server_routes_and_onboards,
 }
 # Files an example leaves in its working folder, for the reader to open.
 OUTPUTS = {"model_map.py": {"model-map.html"}}

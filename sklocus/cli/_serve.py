@@ -89,6 +89,12 @@ def register(commands):
         metavar="MB",
         help="largest request body in MiB (default: 8)",
     )
+    server.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default="info",
+        help="uvicorn's log level; 'info' logs each request (default: info)",
+    )
     serve.set_defaults(run=run_serve)
 
 
@@ -153,5 +159,6 @@ def run_serve(arguments):
         host=arguments.host,
         port=arguments.port,
         max_body_bytes=int(arguments.max_body_mb * 2**20),
+        log_level=arguments.log_level,
     )
     return 0
