@@ -393,6 +393,7 @@ def test_version_and_plain_help(capsys):
         "clusters",
         "select",
         "report",
+        "serve",
         "demo",
     ]:
         text = succeeded(in_process(command, "--help", cwd=".", capsys=capsys)).stdout
@@ -665,6 +666,19 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
             ],
             "evals.csv: no column 'price' (--cost-column)",
         ),
+        (
+            ["serve", "model.sklocus"],
+            "model.sklocus holds a LocusEmbedder, not a LocusRouter; give EVALS too",
+        ),
+        (
+            ["serve", "model.sklocus", "--router-file", "r.sklocus"],
+            "argument --router-file: goes with EVALS",
+        ),
+        (
+            ["serve", "model.sklocus", "evals.csv", *VECTORS, "--write-back"],
+            "argument --write-back: needs a router file to write to",
+        ),
+        (["serve", "missing.sklocus"], "missing.sklocus: no such model file"),
         (["demo", "--epochs", "0"], "argument --epochs: 0 is out of range"),
         (["embedd"], "invalid choice: 'embedd'"),
     ],

@@ -429,6 +429,54 @@ def test_concurrent_clients_never_see_a_torn_pool(server, pool, router_file):
     assert sklocus.load(router_file).classes_[-1] == "onboarded-3"
 
 
+def test_an_embedder_and_its_pool_table_serve_too(pool, tmp_path):
+    """sklocus serve EMBEDDER EVALS builds the router, saves it, and serves it."""
+    data, _, router = pool
+    rows = [
+        (name, query, score)
+        for name, evaluations in zip(data.model_names, data.evaluation_sets)
+        for query, score in evaluations.items()
+    ]
+    pd.DataFrame(rows, columns=["model", "query", "score"]).to_csv(
+        tmp_path / "evals.csv", index=False
+    )
+    np.save(tmp_path / "vectors.npy", data.query_vectors)
+    (tmp_path / "ids.txt").write_text("\n".join(data.query_ids))
+    sklocus.save(router.embedder_.estimator, tmp_path / "embedder.sklocus")
+    served = Server(
+        "embedder.sklocus",
+        "evals.csv",
+        "--query-vectors",
+        "vectors.npy",
+        "--query-ids",
+        "ids.txt",
+        "--router-file",
+        "built.sklocus",
+        "--write-back",
+        cwd=tmp_path,
+    )
+    try:
+        queries = data.query_ids[:10]
+        routes = httpx.post(f"{served.url}/route", json={"queries": queries}).json()
+        unpriced = LocusRouter(FrozenEstimator(router.embedder_.estimator)).fit(
+            *_pool_table(data)
+        )
+        assert [r["model"] for r in routes["routes"]] == unpriced.predict(
+            queries
+        ).tolist()
+        assert httpx.delete(f"{served.url}/models/model-0003").status_code == 200
+        assert "model-0003" not in sklocus.load(tmp_path / "built.sklocus").classes_
+    finally:
+        status, stderr = served.stop()
+    assert status == 0, stderr
+    assert "Saved the router of 16 models to built.sklocus" in stderr
+
+
+def _pool_table(data):
+    scores, queries = to_matrix(data.evaluation_sets)
+    return queries, pd.DataFrame(scores.T, columns=data.model_names)
+
+
 def test_the_server_shuts_down_cleanly(server):
     status, stderr = server.stop()
     assert status == 0, stderr
