@@ -24,21 +24,23 @@ every pair's concatenated features. So they follow any change of the architectur
 from __future__ import annotations
 
 import argparse
+import datetime
 import multiprocessing
 import platform
 import resource
+import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from _sections import keep_sections
+from _sections import keep_sections, write_section
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from sklocus import LocusEmbedder
 from sklocus._embedder import _GPU_MAX_TOKENS
 from sklocus.datasets import make_evaluations
-from sklocus.evaluations import to_matrix
+from sklocus.evaluations import check_evaluation_sets, to_matrix
 
 N_MODELS, N_EVALS, N_QUERIES, QUERY_DIM = 112, 4096, 4096, 768
 
@@ -359,6 +361,50 @@ def encoding_throughput(n_texts=500):
     return n_texts / first, n_texts / second
 
 
+def input_checks():
+    """Time check_evaluation_sets on 112 x 4,096 evaluations, from each form.
+
+    That is what ``transform`` and ``fit`` do to their input before any network
+    runs: validate every score and query, and flatten the sets into arrays.
+    """
+    rng = np.random.default_rng(0)
+    queries = [f"q{i:05d}" for i in range(N_EVALS)]
+    dense = [
+        dict(zip(queries, rng.integers(0, 2, N_EVALS).astype(float).tolist()))
+        for _ in range(N_MODELS)
+    ]
+    # Each model's queries in an order of its own: no two sets share a sequence.
+    shuffled = [
+        {queries[j]: evaluations[queries[j]] for j in rng.permutation(N_EVALS)}
+        for evaluations in dense
+    ]
+    ragged = check_evaluation_sets(shuffled)
+    rows = [
+        ("dicts, every model on the same queries in the same order", dense),
+        ("dicts, each model's queries in an order of its own", shuffled),
+        ("the ragged form (RaggedEvaluations)", ragged),
+    ]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    lines = [
+        "## Checking the input: 112 models x 4,096 evaluations",
+        "",
+        f"Written by `python benchmarks/speed.py --only-input` at commit {commit} on "
+        f"{datetime.date.today()}: the least of 7 calls of `check_evaluation_sets`, "
+        "which `transform` and `fit` run on their input (validating every score "
+        "and query and flattening the sets into arrays). Goals of issue 21: at "
+        "most 30 ms from dicts, at most 5 ms from the columnar input.",
+        "",
+        "| input | time |",
+        "|---|---|",
+    ]
+    for label, given in rows:
+        seconds = best_time(lambda given=given: check_evaluation_sets(given), 7)
+        lines.append(f"| {label} | {1000 * seconds:.1f} ms |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale-models", type=int, default=100_000)
@@ -375,7 +421,15 @@ def main():
         action="store_true",
         help="leave out SentenceEncoder (which needs all-MiniLM-L6-v2 installed)",
     )
+    parser.add_argument(
+        "--only-input",
+        action="store_true",
+        help="measure only the checking of input (its own section of --out)",
+    )
     arguments = parser.parse_args()
+    write_section(arguments.out, "input", input_checks())
+    if arguments.only_input:
+        return
 
     data = make_evaluations(
         n_models=N_MODELS,

@@ -33,6 +33,9 @@ __all__ = [
 ]
 
 _DUPLICATE_RULES = ("error", "mean", "majority")
+# Ragged input over at most this many (set, query) pairs beyond four per
+# evaluation is checked for repeated queries by counting, not sorting.
+_DENSE_PAIRS = 2**20
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,13 +138,51 @@ class RaggedEvaluations:
 
     def to_dicts(self) -> list[dict]:
         """Return the sets as a list of ``{query: score}`` dicts."""
+        queries = np.fromiter(self.queries, dtype=object, count=len(self.queries))
+        keys = queries[self.query_codes].tolist()
+        values = np.asarray(self.scores, dtype=np.float64).tolist()
+        bounds = self.offsets.tolist()
         return [
-            {
-                self.queries[code]: float(score)
-                for code, score in zip(self.set_codes(i), self.set_scores(i))
-            }
-            for i in range(self.n_sets)
+            dict(zip(keys[start:stop], values[start:stop]))
+            for start, stop in zip(bounds[:-1], bounds[1:])
         ]
+
+    @classmethod
+    def from_long(
+        cls, frame, *, model="model", query="query", score="score", duplicates="error"
+    ) -> RaggedEvaluations:
+        """Read a long table of evaluations straight into the ragged form.
+
+        What :func:`from_long` reads, with the same checks and messages, but
+        kept as arrays: no dict per model is built, so a large table costs a few
+        vectorised passes. Every estimator of sklocus takes the result where it
+        takes evaluation sets.
+
+        Parameters
+        ----------
+        frame : pandas.DataFrame
+            One row per evaluation.
+        model, query, score : str, default="model", "query", "score"
+            Names of the columns.
+        duplicates : {"error", "mean", "majority"}, default="error"
+            As for :func:`from_long`.
+
+        Returns
+        -------
+        RaggedEvaluations
+            Sets in order of each model's first row; ``model_names`` set.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> from sklocus.evaluations import RaggedEvaluations
+        >>> frame = pd.DataFrame({"model": ["a", "b", "a"], "query": ["q1", "q1", "q2"],
+        ...                       "score": [1, 0, 1]})
+        >>> ragged = RaggedEvaluations.from_long(frame)
+        >>> ragged.model_names, ragged.sizes.tolist(), ragged.to_dicts()[0]
+        (['a', 'b'], [2, 1], {'q1': 1.0, 'q2': 1.0})
+        """
+        return _ragged_from_long(frame, model, query, score, duplicates)
 
 
 def _describe_set(index: int, model_names: Sequence | None) -> str:
@@ -342,30 +383,165 @@ def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluation
     >>> ragged.queries, ragged.sizes.tolist()
     (['q1', 'q2'], [2, 1])
     """
+    if isinstance(evaluation_sets, RaggedEvaluations):
+        return _check_ragged(evaluation_sets, model_names)
     sets, model_names = _as_list_of_sets(evaluation_sets, model_names)
-    all_queries, all_scores, sizes = [], [], []
+    # Pools are often dense: many sets list the same queries in the same order.
+    # Each distinct sequence of queries is coded once, and the others reuse its
+    # codes, so the cost per evaluation is a tuple and a score.
+    sequences, distinct, sequence_of = {}, [], []
+    all_scores, sizes = [], []
     for index, evaluation_set in enumerate(sets):
         where = _describe_set(index, model_names)
-        queries, scores = _set_items(evaluation_set, where)
+        if type(evaluation_set) is dict and evaluation_set:
+            keys = tuple(evaluation_set)
+            sequence = sequences.get(keys)
+            if sequence is None:
+                sequence = sequences[keys] = len(distinct)
+                distinct.append(np.fromiter(keys, dtype=object, count=len(keys)))
+            queries, scores = distinct[sequence], _dict_scores(evaluation_set)
+        else:
+            queries, scores = _set_items(evaluation_set, where)
+            sequence = len(distinct)
+            distinct.append(queries)
         bad = _first_bad_score(scores)
         if bad is not None:
             position, reason = bad
             raise _score_error(where, queries[position], scores[position], reason)
-        all_queries.append(queries)
+        sequence_of.append(sequence)
         all_scores.append(scores.astype(np.float64))
         sizes.append(len(queries))
-    flat_queries = np.concatenate(all_queries)
-    codes, uniques = pd.factorize(flat_queries, use_na_sentinel=False)
+    codes, uniques = _factorize(np.concatenate(distinct))
+    starts = np.cumsum([0] + [len(queries) for queries in distinct])
+    codes = codes.astype(np.int64, copy=False)
+    codes = np.concatenate([codes[starts[k] : starts[k + 1]] for k in sequence_of])
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     _check_distinct_codes(codes, offsets, uniques, model_names)
     return RaggedEvaluations(
         queries=list(uniques),
-        query_codes=codes.astype(np.int64, copy=False),
+        query_codes=codes,
         scores=np.concatenate(all_scores),
         offsets=offsets,
         model_names=model_names,
     )
+
+
+def _factorize(queries):
+    """Code ``queries`` in order of first appearance, a missing query included.
+
+    As ``pd.factorize(queries, use_na_sentinel=False)``, which looks for missing
+    values in a pass of its own over every query: pandas' sentinel finds them
+    while it hashes, and the missing query, when there is one, is put back in
+    its place here.
+    """
+    codes, uniques = pd.factorize(queries)
+    uniques = list(uniques)
+    missing = np.flatnonzero(codes < 0)
+    if len(missing):
+        first = int(missing[0])
+        before = int(codes[:first].max()) + 1 if first else 0
+        codes = np.where(codes >= before, codes + 1, codes)
+        codes[missing] = before
+        uniques.insert(before, queries[first])
+    return codes, uniques
+
+
+def _dict_scores(evaluation_set):
+    """Return the scores of a dict as ``_set_items`` reads them."""
+    values = list(evaluation_set.values())
+    try:
+        scores = np.asarray(values)
+    except ValueError:  # sequences of several lengths among the values
+        return _object_array(values)
+    return scores if scores.ndim == 1 else _object_array(values)
+
+
+def _check_ragged(ragged, model_names):
+    """Validate evaluation sets given in the ragged form, as whole arrays."""
+    if model_names is None:
+        model_names = ragged.model_names
+    else:
+        model_names = as_item_list(model_names, "model names")
+    if model_names is not None and len(model_names) != ragged.n_sets:
+        raise ValueError(
+            f"got {len(model_names)} model names for {ragged.n_sets} evaluation "
+            "sets; give one name per set"
+        )
+    codes = np.asarray(ragged.query_codes)
+    scores = np.asarray(ragged.scores)
+    offsets = np.asarray(ragged.offsets)
+    n_queries = len(ragged.queries)
+    if codes.ndim != 1 or codes.dtype.kind not in "iu":
+        raise TypeError(
+            f"query_codes must be a 1-D array of integers; got shape {codes.shape} "
+            f"and dtype {codes.dtype}"
+        )
+    if scores.shape != codes.shape:
+        raise ValueError(
+            f"scores has shape {scores.shape} but query_codes has {codes.shape}; "
+            "give one score per evaluation"
+        )
+    if (
+        offsets.ndim != 1
+        or offsets.dtype.kind not in "iu"
+        or len(offsets) < 2
+        or offsets[0] != 0
+        or offsets[-1] != len(codes)
+    ):
+        raise ValueError(
+            "offsets must be integers from 0 to the number of evaluations "
+            f"({len(codes)}), one more than the number of sets; got {offsets!r}"
+        )
+    sizes = np.diff(offsets)
+    if (sizes <= 0).any():
+        index = int(np.argmax(sizes <= 0))
+        where = _describe_set(index, model_names)
+        if sizes[index] < 0:
+            raise ValueError(f"offsets decrease at {where}; they must not")
+        raise ValueError(f"{where} is empty; every model needs at least one evaluation")
+    outside = (codes < 0) | (codes >= n_queries)
+    if outside.any():
+        position = int(np.argmax(outside))
+        where = _describe_set(_set_of(offsets, position), model_names)
+        raise ValueError(
+            f"{where} has query code {int(codes[position])}; codes must index the "
+            f"{n_queries} queries"
+        )
+    bad = _first_bad_score(scores)
+    if bad is not None:
+        position, reason = bad
+        where = _describe_set(_set_of(offsets, position), model_names)
+        query = ragged.queries[codes[position]]
+        raise _score_error(where, query, scores[position], reason)
+    # A query twice in one set: sets are contiguous, so (set, code) pairs repeat
+    # only within a set.
+    pair = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes) * n_queries + codes
+    if len(sizes) * n_queries <= 4 * len(pair) + _DENSE_PAIRS:
+        # Dense enough to count every (set, query) pair: linear, not a sort.
+        counts = np.bincount(pair, minlength=len(sizes) * n_queries)
+        repeated = np.flatnonzero(counts > 1)
+    else:
+        ordered = np.sort(pair)
+        repeated = ordered[np.flatnonzero(ordered[1:] == ordered[:-1])]
+    if len(repeated):
+        index, code = divmod(int(repeated[0]), n_queries)
+        raise ValueError(
+            f"{_describe_set(index, model_names)} has query "
+            f"{ragged.queries[code]!r} more than once; give each query once"
+        )
+    return RaggedEvaluations(
+        queries=list(ragged.queries),
+        query_codes=codes.astype(np.int64, copy=False),
+        scores=scores.astype(np.float64, copy=False),
+        offsets=offsets.astype(np.int64, copy=False),
+        model_names=None if model_names is None else list(model_names),
+    )
+
+
+def _set_of(offsets, position):
+    """Return the set that evaluation ``position`` belongs to."""
+    return int(np.searchsorted(offsets, position, side="right") - 1)
 
 
 def from_long(
@@ -403,6 +579,12 @@ def from_long(
     >>> from_long(frame)
     ([{'q1': 1.0, 'q2': 0.0}, {'q1': 1.0}], ['a', 'b'])
     """
+    ragged = _ragged_from_long(frame, model, query, score, duplicates)
+    return ragged.to_dicts(), ragged.model_names
+
+
+def _ragged_from_long(frame, model, query, score, duplicates):
+    """Read a long table into the ragged form, checked as whole arrays."""
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(
             f"from_long expects a pandas DataFrame; got {type(frame).__name__}"
@@ -454,14 +636,15 @@ def from_long(
         scores = resolved_scores
 
     order = np.argsort(model_codes, kind="stable")
-    boundaries = np.flatnonzero(np.diff(model_codes[order])) + 1
-    queries = query_values[query_codes[order]]
-    values = scores[order]
-    evaluation_sets = [
-        dict(zip(q.tolist(), s.tolist()))
-        for q, s in zip(np.split(queries, boundaries), np.split(values, boundaries))
-    ]
-    return evaluation_sets, list(model_names)
+    offsets = np.zeros(len(model_names) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(model_codes, minlength=len(model_names)), out=offsets[1:])
+    return RaggedEvaluations(
+        queries=list(query_values),
+        query_codes=query_codes[order].astype(np.int64, copy=False),
+        scores=scores[order],
+        offsets=offsets,
+        model_names=list(model_names),
+    )
 
 
 def _resolve_duplicates(pair, scores, repeated, rule):

@@ -218,3 +218,128 @@ def test_a_bare_string_is_refused_where_queries_or_names_are_expected():
         to_matrix(sets, queries="q1")
     with pytest.raises(TypeError, match=r"sequence of model names.*'ab'"):
         check_evaluation_sets([{"q": 1}, {"q": 0}], model_names="ab")
+
+
+# -- the ragged form as input ---------------------------------------------------
+
+
+def _long_frame():
+    rng = np.random.default_rng(0)
+    rows = [
+        (f"m{m}", f"q{q}", float(rng.integers(0, 2)))
+        for m in range(6)
+        for q in rng.choice(20, size=int(rng.integers(3, 12)), replace=False)
+    ]
+    return pd.DataFrame(rows, columns=["model", "query", "score"])
+
+
+def test_ragged_from_long_is_from_long_without_the_dicts():
+    from sklocus.evaluations import RaggedEvaluations
+
+    frame = _long_frame().sample(frac=1, random_state=0)  # models interleaved
+    ragged = RaggedEvaluations.from_long(frame)
+    sets, names = from_long(frame)
+    assert ragged.model_names == names
+    assert ragged.to_dicts() == sets
+    checked = check_evaluation_sets(ragged)
+    assert checked.to_dicts() == sets and checked.model_names == names
+    again = check_evaluation_sets(sets, names)
+    np.testing.assert_array_equal(checked.sizes, again.sizes)
+
+
+def test_an_embedder_takes_the_ragged_form():
+    from tiny import TINY_NETWORK, TINY_POOL
+
+    from sklocus import LocusEmbedder
+    from sklocus.datasets import make_evaluations
+    from sklocus.evaluations import RaggedEvaluations
+
+    data = make_evaluations(**TINY_POOL)
+    sets = data.evaluation_sets
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(sets)
+    rows = [(i, q, s) for i, e in enumerate(sets) for q, s in e.items()]
+    frame = pd.DataFrame(rows, columns=["model", "query", "score"])
+    ragged = RaggedEvaluations.from_long(frame)
+    np.testing.assert_array_equal(embedder.transform(ragged), embedder.transform(sets))
+
+
+def _ragged(**change):
+    from sklocus.evaluations import RaggedEvaluations
+
+    parts = dict(
+        queries=["q0", "q1", "q2"],
+        query_codes=np.array([0, 1, 2, 1]),
+        scores=np.array([1.0, 0.0, 1.0, 0.5]),
+        offsets=np.array([0, 3, 4]),
+        model_names=["a", "b"],
+    )
+    parts.update(change)
+    return RaggedEvaluations(**parts)
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (
+            {"scores": np.array([1.0, 0.0, 1.0, 1.5])},
+            ValueError,
+            "evaluation set 1 (model 'b') has score 1.5 for query 'q1'; scores must",
+        ),
+        (
+            {"scores": np.array([1.0, np.nan, 1.0, 1.0])},
+            ValueError,
+            "evaluation set 0 (model 'a') has score nan for query 'q1'",
+        ),
+        (
+            {"scores": np.array(["1", 0, 1, 1], dtype=object)},
+            TypeError,
+            "evaluation set 0 (model 'a') has score '1' (str) for query 'q0'",
+        ),
+        (
+            {"query_codes": np.array([0, 1, 1, 2])},
+            ValueError,
+            "evaluation set 0 (model 'a') has query 'q1' more than once",
+        ),
+        (
+            {"query_codes": np.array([0, 1, 3, 2])},
+            ValueError,
+            "evaluation set 0 (model 'a') has query code 3; codes must index the 3",
+        ),
+        (
+            {"offsets": np.array([0, 4, 4])},
+            ValueError,
+            "evaluation set 1 (model 'b') is empty",
+        ),
+        ({"offsets": np.array([0, 3])}, ValueError, "got 2 model names for 1"),
+        ({"offsets": np.array([0, 3, 5])}, ValueError, "offsets must be integers"),
+        (
+            {"query_codes": np.array([0.0, 1, 2, 1])},
+            TypeError,
+            "query_codes must be a 1-D array of integers",
+        ),
+        (
+            {"scores": np.array([1.0, 0.0, 1.0])},
+            ValueError,
+            "scores has shape (3,) but query_codes has (4,)",
+        ),
+    ],
+)
+def test_bad_ragged_input_is_named(change, error, message):
+    with pytest.raises(error) as raised:
+        check_evaluation_sets(_ragged(**change))
+    assert message in str(raised.value)
+
+
+def test_repeated_queries_are_found_by_sorting_in_sparse_ragged_input(monkeypatch):
+    import sklocus.evaluations
+
+    monkeypatch.setattr(sklocus.evaluations, "_DENSE_PAIRS", -100)
+    with pytest.raises(ValueError, match="model 'b'\\) has query 'q2' more than once"):
+        check_evaluation_sets(
+            _ragged(
+                query_codes=np.array([0, 1, 2, 2, 2]),
+                scores=np.ones(5),
+                offsets=np.array([0, 3, 5]),
+            )
+        )
+    assert check_evaluation_sets(_ragged()).sizes.tolist() == [3, 1]
