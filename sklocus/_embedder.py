@@ -28,7 +28,7 @@ from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
 from sklocus.metrics import correctness_log_likelihood
-from sklocus.nn.batching import pad, size_buckets
+from sklocus.nn.batching import pad, padded_width, size_buckets
 from sklocus.nn.network import LocusNetwork
 from sklocus.nn.refinement import refine_embeddings
 from sklocus.nn.training import (
@@ -721,10 +721,15 @@ class LocusEmbedder(
         with self._inference():
             table = torch.as_tensor(vectors, device=device)
             projected = encoder.tokenizer.project_queries(table)
+            widths = padded_width(ragged.sizes)
             for batch in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
-                codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
+                # One width per set, whatever its batch: see padded_width.
+                width = int(widths[batch[0]])
+                codes, mask = pad(
+                    [ragged.set_codes(i) for i in batch], 0, torch.long, width
+                )
                 scores, _ = pad(
-                    [ragged.set_scores(i) for i in batch], 0.0, torch.float32
+                    [ragged.set_scores(i) for i in batch], 0.0, torch.float32, width
                 )
                 # Sets of one size (common after bucketing) need no mask, which
                 # lets attention take its unmasked fast path.

@@ -14,7 +14,7 @@ from sklocus.nn import (
     MultiHeadAttention,
     SetEncoder,
 )
-from sklocus.nn.batching import pad, size_buckets
+from sklocus.nn.batching import pad, padded_width, size_buckets
 
 BATCH, N, DIM, QUERY_DIM = 3, 7, 16, 12
 
@@ -288,10 +288,37 @@ def test_pad_and_size_buckets():
     values, mask = pad([np.array([1, 2, 3]), np.array([4])], 0, torch.long)
     assert values.tolist() == [[1, 2, 3], [4, 0, 0]]
     assert mask.tolist() == [[True, True, True], [True, False, False]]
-    sizes = np.array([5, 1, 100, 5, 2])
-    batches = size_buckets(sizes, max_tokens=12, max_sets=2)
-    assert [b.tolist() for b in batches] == [[1, 4], [0, 3], [2]]
-    assert sorted(np.concatenate(batches).tolist()) == list(range(5))
+    values, mask = pad([np.array([1, 2, 3])], 0, torch.long, width=5)
+    assert values.tolist() == [[1, 2, 3, 0, 0]] and mask.sum() == 3
+    sizes = np.array([5, 1, 100, 5, 2, 17, 16])
+    # Up to 16 evaluations are padded to 16; 16 widths per doubling from there.
+    assert padded_width(sizes).tolist() == [16, 16, 100, 16, 16, 17, 16]
+    batches = size_buckets(sizes, max_tokens=40, max_sets=2)
+    assert [b.tolist() for b in batches] == [[0, 1], [3, 4], [6], [5], [2]]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(7))
+
+
+def test_a_set_embeds_alike_whatever_shares_its_batch():
+    # Padding to a width of the set's own and at least 16 rows in the
+    # per-set tail make a batch-mate change no bit of an embedding.
+    torch.manual_seed(0)
+    encoder = SetEncoder(8, 16, n_latents=4, n_layers=1, n_heads=2).eval()
+    table = torch.randn(50, 8)
+    projected = encoder.tokenizer.project_queries(table)
+    rng = np.random.default_rng(0)
+    sets = [rng.choice(50, size, replace=False) for size in (3, 20, 20, 45)]
+    scores = [rng.integers(0, 2, len(codes)).astype(np.float32) for codes in sets]
+
+    def embed(members):
+        width = int(padded_width([len(sets[i]) for i in members]).max())
+        codes, mask = pad([sets[i] for i in members], 0, torch.long, width)
+        values, _ = pad([scores[i] for i in members], 0.0, torch.float32, width)
+        with torch.inference_mode():
+            return encoder.embed_projected(projected, codes, values, mask)
+
+    alone = torch.cat([embed([i]) for i in range(4)])
+    assert torch.equal(embed([1, 2]), alone[1:3])
+    assert torch.equal(embed([2, 1, 2]), alone[[2, 1, 2]])
 
 
 def test_collator_keeps_validation_queries_out_of_training():

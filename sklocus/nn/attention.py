@@ -10,6 +10,39 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+# MKL's float32 matrix product sums a row's terms in an order that depends on how
+# many rows the matrix has when it has fewer than 12 (1 to 8 threads measured);
+# from 12 rows on, each row comes out the same whatever the others hold. The tail
+# of the set encoder has one row per set of a batch, so it runs on at least
+# _MIN_ROWS rows: a set's embedding then does not depend on its batch-mates.
+_MIN_ROWS = 16
+
+
+def apart_from_batch(function, *rows):
+    """Apply a row-wise ``function`` so that no row's result depends on the others.
+
+    Pads every tensor of ``rows`` (all of one length along the first axis) with
+    zero rows up to ``_MIN_ROWS`` before the call and drops the padding after.
+
+    Parameters
+    ----------
+    function : callable
+        Maps tensors of shape ``(n, ...)`` to one tensor of shape ``(n, ...)``,
+        each output row computed from the same input rows alone.
+    *rows : Tensor of shape (n, ...)
+
+    Returns
+    -------
+    Tensor of shape (n, ...)
+    """
+    n_rows = len(rows[0])
+    if n_rows >= _MIN_ROWS:
+        return function(*rows)
+    padded = [
+        torch.cat([r, r.new_zeros(_MIN_ROWS - n_rows, *r.shape[1:])]) for r in rows
+    ]
+    return function(*padded)[:n_rows]
+
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention of queries over keys and values.
@@ -102,9 +135,13 @@ class MultiHeadAttention(nn.Module):
         if self.training and self.dropout > 0:
             weights = F.dropout(weights, self.dropout)
         mixed = weights.transpose(1, 2) @ keys  # (batch, heads, dim)
-        values = torch.einsum("bhe,hde->bhd", mixed, weight_value)
-        values = values + bias_value * weights.sum(dim=1)[..., None]
-        return self.to_output(values.reshape(batch, dim))
+
+        def read_out(mixed, total_weight):
+            values = torch.einsum("bhe,hde->bhd", mixed, weight_value)
+            values = values + bias_value * total_weight[..., None]
+            return self.to_output(values.reshape(len(mixed), dim))
+
+        return apart_from_batch(read_out, mixed, weights.sum(dim=1))
 
 
 class AttentionBlock(nn.Module):
@@ -175,7 +212,10 @@ class AttentionBlock(nn.Module):
         attended = self.attention.one_query(
             self.norm_queries(query), self.norm_keys(keys), key_mask
         )
-        return self._residual_and_feed_forward(query.expand_as(attended), attended)
+        return apart_from_batch(
+            lambda rows: self._residual_and_feed_forward(query.expand_as(rows), rows),
+            attended,
+        )
 
     def _residual_and_feed_forward(self, queries, attended):
         hidden = queries + self.dropout(attended)

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+# A set of fewer evaluations is padded to this many: fewer rows than MKL needs to
+# compute each row alike (sklocus.nn.attention) would make it depend on the batch.
+_MIN_WIDTH = 16
+# Widths a set may be padded to per doubling of its size: at most 1/16 padding.
+_WIDTHS_PER_OCTAVE = 16
 
-def pad(rows, fill, dtype):
+
+def pad(rows, fill, dtype, width=None):
     """Stack 1-D arrays of varying length into one padded tensor.
 
     Parameters
@@ -15,15 +21,18 @@ def pad(rows, fill, dtype):
     fill : scalar
         Value of the padding.
     dtype : torch.dtype
+    width : int, default=None
+        Width of the result, at least the longest row; ``None`` is the longest.
 
     Returns
     -------
-    padded : Tensor of shape (len(rows), max n_i)
-    mask : BoolTensor of shape (len(rows), max n_i)
+    padded : Tensor of shape (len(rows), width)
+    mask : BoolTensor of shape (len(rows), width)
         ``True`` where a real value stands.
     """
     lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
-    width = int(lengths.max()) if len(rows) else 0
+    longest = int(lengths.max()) if len(rows) else 0
+    width = longest if width is None else max(width, longest)
     mask = np.arange(width)[None, :] < lengths[:, None]
     values = np.full((len(rows), width), fill, dtype=np.asarray(rows[0]).dtype)
     if len(rows):
@@ -31,34 +40,61 @@ def pad(rows, fill, dtype):
     return torch.as_tensor(values, dtype=dtype), torch.from_numpy(mask)
 
 
+def padded_width(sizes):
+    """Return the width to which a set of each size is padded in inference.
+
+    It depends on the set's own size alone, so that a set is embedded with the
+    same padding whatever sets share its batch: attention over padded keys sums
+    in an order that depends on their number, even where the mask hides them.
+    Sizes are rounded up to one of 16 widths per doubling (at most 1/16 padding),
+    and to at least 16.
+
+    Parameters
+    ----------
+    sizes : ndarray of shape (n_sets,)
+        Evaluations per set.
+
+    Returns
+    -------
+    ndarray of shape (n_sets,), dtype int64
+    """
+    sizes = np.maximum(np.asarray(sizes, dtype=np.int64), 1)
+    octave = np.floor(np.log2(sizes)).astype(np.int64)
+    step = np.left_shift(1, np.maximum(octave - int(np.log2(_WIDTHS_PER_OCTAVE)), 0))
+    return np.maximum(-(-sizes // step) * step, _MIN_WIDTH)
+
+
 def size_buckets(sizes, max_tokens, max_sets):
-    """Group sets of similar size into batches, so that little is padding.
+    """Group sets of one padded width into batches, so that little is padding.
 
     Parameters
     ----------
     sizes : ndarray of shape (n_sets,)
         Evaluations per set.
     max_tokens : int
-        Largest ``batch_size * longest_set`` of a batch (a set longer than this is
-        a batch of its own).
+        Largest ``batch_size * padded width`` of a batch (a set wider than this
+        is a batch of its own).
     max_sets : int
         Largest number of sets in a batch.
 
     Returns
     -------
     list of ndarray
-        Indices of the sets of each batch. Sets are ordered by size (ties by index),
-        so the batching of a given input never changes.
+        Indices of the sets of each batch, all of one :func:`padded_width`.
+        Sets are ordered by width (ties by index), so the batching of a given
+        input never changes.
     """
-    order = np.argsort(sizes, kind="stable")
+    widths = padded_width(sizes)
+    order = np.lexsort((np.arange(len(widths)), widths))
     batches, start = [], 0
     while start < len(order):
+        width = widths[order[start]]
         stop = start + 1
-        # Sizes increase along `order`, so the last set of a batch is its longest.
         while (
             stop < len(order)
+            and widths[order[stop]] == width
             and stop - start < max_sets
-            and (stop - start + 1) * sizes[order[stop]] <= max_tokens
+            and (stop - start + 1) * width <= max_tokens
         ):
             stop += 1
         batches.append(order[start:stop])

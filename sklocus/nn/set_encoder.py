@@ -5,7 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sklocus.nn.attention import AttentionPooling, LatentBottleneckLayer
+from sklocus.nn.attention import (
+    AttentionPooling,
+    LatentBottleneckLayer,
+    apart_from_batch,
+)
 
 
 class EvaluationTokenizer(nn.Module):
@@ -166,7 +170,7 @@ class SetEncoder(nn.Module):
         tokens, mask = self._with_prior(tokens, mask)
         for layer in self.layers:
             tokens = layer(tokens, mask)
-        return self.output(self.pooling(tokens, mask))
+        return apart_from_batch(self.output, self.pooling(tokens, mask))
 
     def __setstate__(self, state):
         super().__setstate__(state)
