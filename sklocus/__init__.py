@@ -12,12 +12,14 @@ from sklocus._selection import (
     KCenterSelector,
     KMedoidsSelector,
 )
+from sklocus._streaming import EmbeddingBatch, embed_parquet, iter_embeddings
 from sklocus._versioning import SklocusVersionWarning, __version__
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import check_evaluation_sets, from_long, subsample, to_matrix
 
 __all__ = [
     "CoverageGreedySelector",
+    "EmbeddingBatch",
     "KCenterSelector",
     "KMedoidsSelector",
     "LocusEmbedder",
@@ -28,7 +30,9 @@ __all__ = [
     "SklocusVersionWarning",
     "__version__",
     "check_evaluation_sets",
+    "embed_parquet",
     "from_long",
+    "iter_embeddings",
     "load",
     "save",
     "subsample",

@@ -594,12 +594,7 @@ def _ragged_from_long(frame, model, query, score, duplicates):
             f"duplicates={duplicates!r} is not understood; expected one of "
             f"{_DUPLICATE_RULES}"
         )
-    for role, column in (("model", model), ("query", query), ("score", score)):
-        if column not in frame.columns:
-            raise KeyError(
-                f"the {role} column {column!r} is not in the frame; its columns are "
-                f"{list(frame.columns)}"
-            )
+    _check_long_columns(frame.columns, model=model, query=query, score=score)
     if len(frame) == 0:
         raise ValueError("the frame has no rows; expected one row per evaluation")
     for role, column in (("model", model), ("query", query)):
@@ -645,6 +640,20 @@ def _ragged_from_long(frame, model, query, score, duplicates):
         offsets=offsets,
         model_names=list(model_names),
     )
+
+
+def _check_long_columns(columns, *, model, query, score, where="the frame"):
+    """Fail, naming the role and listing ``columns``, when a long column is missing.
+
+    The one check of :func:`from_long` and the streaming readers of long tables.
+    """
+    columns = list(columns)
+    for role, column in (("model", model), ("query", query), ("score", score)):
+        if column not in columns:
+            raise KeyError(
+                f"the {role} column {column!r} is not in {where}; its columns are "
+                f"{columns}"
+            )
 
 
 def _resolve_duplicates(pair, scores, repeated, rule):
