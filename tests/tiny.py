@@ -1,5 +1,7 @@
 """The smallest network and pool that exercise every code path, for quick tests."""
 
+from sklocus import LocusEmbedder
+
 # A LocusEmbedder that trains in about a second on TINY_POOL.
 TINY_NETWORK = dict(
     embedding_dim=8,
@@ -16,3 +18,13 @@ TINY_NETWORK = dict(
 TINY_POOL = dict(
     n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8, random_state=0
 )
+
+
+class CountingEmbedder(LocusEmbedder):
+    """A LocusEmbedder that counts how often it is unpickled in this process."""
+
+    loads = 0
+
+    def __setstate__(self, state):
+        CountingEmbedder.loads += 1
+        super().__setstate__(state)
