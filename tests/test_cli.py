@@ -697,3 +697,74 @@ def test_a_user_error_in_a_fresh_process_is_one_line_and_status_2(workspace):
         "sklocus neighbors: error: argument --model: 'gpt-99' is not a model of "
         "emb.parquet"
     ]
+
+
+@pytest.fixture(scope="module")
+def parquet_evals(workspace):
+    """The workspace's table as Parquet (in row groups that split models), and
+    the same with one model's row moved to the end."""
+    folder, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv", dtype={"model": str, "query": str})
+    table.to_parquet(folder / "evals.parquet", row_group_size=500)
+    moved = pd.concat([table.drop(index=0), table.iloc[[0]]])
+    moved.to_parquet(folder / "unsorted.parquet")
+    broken = table.copy()
+    broken.loc[7, "score"] = 1.7
+    broken.to_parquet(folder / "broken.parquet")
+    return folder
+
+
+def test_embed_stream_writes_what_embed_writes(workspace, parquet_evals, capsys):
+    folder = parquet_evals
+    argv = ["embed", "model.sklocus", "evals.parquet", "-o", "streamed.parquet"]
+    run = succeeded(
+        in_process(*argv, "--stream", "--batch-models", "7", cwd=folder, capsys=capsys)
+    )
+    assert "Embedded 30 models in 16 dimensions to streamed.parquet, 7 at a time" in (
+        run.stderr
+    )
+    streamed = pd.read_parquet(folder / "streamed.parquet")
+    whole = pd.read_parquet(folder / "emb.parquet").drop(columns="params")
+    # Bit for bit, though `embed` ran in a fresh process on all 30 at once.
+    pd.testing.assert_frame_equal(streamed, whole, check_exact=True)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            ["evals.csv", "-o", "s.parquet"],
+            "evals.csv: --stream reads Parquet; expected a .parquet or .pq file",
+        ),
+        (["evals.parquet", "-o", "s.csv"], "s.csv: --stream writes Parquet"),
+        (["missing.parquet", "-o", "s.parquet"], "missing.parquet: no such file"),
+        (
+            ["evals.parquet", "-o", "s.parquet", "--cost-column", "params"],
+            "--cost-column does not go with --stream",
+        ),
+        (
+            ["evals.parquet", "-o", "s.parquet", "--batch-models", "0"],
+            "argument --batch-models: 0 is out of range",
+        ),
+        (
+            ["evals.parquet", "-o", "s.parquet", "--score-column", "correct"],
+            "evals.parquet: no column 'correct' (--score-column); its columns are",
+        ),
+        (
+            ["unsorted.parquet", "-o", "s.parquet"],
+            "unsorted.parquet: the rows of model 'model-0000' reappear at row",
+        ),
+        (
+            ["broken.parquet", "-o", "s.parquet"],
+            "broken.parquet: row 7 (model 'model-0000') has score 1.7",
+        ),
+        (["notes.json", "-o", "s.parquet"], "notes.json: --stream reads Parquet"),
+    ],
+)
+def test_bad_input_to_embed_stream_is_one_line_naming_it(
+    parquet_evals, bad_files, options, message, capsys
+):
+    argv = ["embed", "model.sklocus", *options, "--stream"]
+    line = one_line_error(argv, parquet_evals, capsys)
+    assert message in line, line
+    assert not (parquet_evals / "s.parquet").exists()

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.dataset as ds
 from sklearn.frozen import FrozenEstimator
 
 from sklocus._embedder import LocusEmbedder
 from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
+from sklocus._streaming import embed_parquet
 from sklocus.cli._common import (
     UserError,
     add_output_option,
@@ -21,14 +23,18 @@ from sklocus.cli._common import (
     add_vector_options,
     integer_in,
     non_negative_number,
+    one_line,
 )
 from sklocus.cli._tables import (
+    _PARQUET,
     MODEL,
     SIZE,
+    Evaluations,
     check_output,
     read_evaluations,
     read_queries,
     read_query_vectors,
+    require_columns,
     write_table,
 )
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
@@ -108,6 +114,24 @@ def register(commands):
         "--cost-column",
         metavar="COL",
         help="also write each model's cost: the mean of this column over its rows",
+    )
+    streaming = embed.add_argument_group(
+        "streaming",
+        "For tables that do not fit in memory: EVALS is a Parquet file or a folder "
+        "of them, sorted or partitioned by model, read a batch at a time.",
+    )
+    streaming.add_argument(
+        "--stream",
+        action="store_true",
+        help="embed batch by batch and write the Parquet output as it comes, in "
+        "flat memory",
+    )
+    streaming.add_argument(
+        "--batch-models",
+        type=integer_in(1),
+        default=1024,
+        metavar="N",
+        help="models embedded and written at a time with --stream (default: 1024)",
     )
     embed.set_defaults(run=run_embed)
 
@@ -276,6 +300,8 @@ def teach_queries(embedder, arguments, evaluations):
 
 def run_embed(arguments):
     """Embed every model of a table."""
+    if arguments.stream:
+        return run_embed_streaming(arguments)
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
@@ -306,6 +332,59 @@ def build_router(embedder, evaluations, cost_weight=0.0):
     Y = pd.DataFrame(scores.T, columns=evaluations.model_names)
     router = LocusRouter(FrozenEstimator(embedder), cost_weight=cost_weight)
     return router.fit(pool_queries, Y, cost=evaluations.costs)
+
+
+def run_embed_streaming(arguments):
+    """Embed a Parquet dataset batch by batch (``embed --stream``)."""
+    for option, given in (
+        ("--cost-column", arguments.cost_column),
+        ("--text-column", arguments.text_column),
+    ):
+        if given is not None:
+            raise UserError(f"{option} does not go with --stream")
+    source = Path(arguments.evals)
+    if not source.exists():
+        raise UserError(f"{source}: no such file or folder")
+    if source.is_file() and not source.name.lower().endswith(_PARQUET):
+        raise UserError(
+            f"{source}: --stream reads Parquet; expected a .parquet or .pq file or "
+            "a folder of them"
+        )
+    output = arguments.output
+    if not output.lower().endswith(_PARQUET):
+        raise UserError(f"{output}: --stream writes Parquet; expected a .parquet file")
+    output = check_output(output)
+    try:
+        names = ds.dataset(source, format="parquet", partitioning="hive").schema.names
+    except (OSError, ValueError) as error:
+        message = one_line(error)
+        raise UserError(f"{source}: cannot be read as Parquet: {message}") from None
+    columns = {
+        "--model-column": arguments.model_column,
+        "--query-column": arguments.query_column,
+        "--score-column": arguments.score_column,
+    }
+    require_columns(pd.DataFrame(columns=names), columns, source)
+    embedder = load_embedder(arguments.model)
+    teach_queries(embedder, arguments, Evaluations([], [], source))
+    try:
+        n_models = embed_parquet(
+            embedder,
+            source,
+            output,
+            model=arguments.model_column,
+            query=arguments.query_column,
+            score=arguments.score_column,
+            duplicates=arguments.duplicates,
+            batch_models=arguments.batch_models,
+        )
+    except (KeyError, ValueError, TypeError, OSError) as error:
+        raise UserError(f"{source}: {one_line(error)}") from None
+    say(
+        f"Embedded {n_models} models in {embedder.embedding_dim} dimensions to "
+        f"{output}, {arguments.batch_models} at a time."
+    )
+    return 0
 
 
 def run_route(arguments):
