@@ -198,6 +198,18 @@ def main():
             text += " (" + " and ".join(f"{p:.0f}" for p in before) + " MiB idle)"
             rows.append(("Dask, 2 workers x 1 thread", n, seconds, text))
             print(rows[-1], flush=True)
+    text = section(arguments, commit, date, on_disk, rows)
+    write_section(arguments.out, "streaming", text)
+    print(text)
+
+
+def peak_of(text):
+    """The largest MiB figure before any parenthesis: the busiest worker's peak."""
+    return max(float(part.split()[0]) for part in text.split(" (")[0].split(" and "))
+
+
+def section(arguments, commit, date, on_disk, rows):
+    """The page's section: the figures, and each against the issue's goals."""
     command = (
         f"python benchmarks/streaming.py --models {arguments.models} "
         f"--evals {arguments.evals} --batch-models {arguments.batch_models}"
@@ -226,8 +238,17 @@ def main():
         "file per partition (`dd.read_parquet`) and writes with `to_parquet`; its",
         "peaks are each worker's `VmHWM`, the embedder scattered to both once.",
     ]
-    write_section(arguments.out, "streaming", "\n".join(lines))
-    print("\n".join(lines))
+    for path in dict.fromkeys(row[0] for row in rows):
+        mine = [row for row in rows if row[0] == path]
+        if len(mine) == 2:
+            (_, n_small, _, small), (_, n_large, s_large, large) = mine
+            lines += [
+                "",
+                f"{path}: {n_large // n_small}x the models, peak memory x"
+                f"{peak_of(large) / peak_of(small):.2f} (goal: flat); "
+                f"{n_large / s_large:.0f} models/s.",
+            ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklocus._streaming import MODEL, SIZE, embed_long, embedding_frame
 from sklocus.evaluations import _check_long_columns
 
-__all__ = ["embed_dask", "partition_by_model"]
+__all__ = ["check_partitioned_by_model", "embed_dask", "partition_by_model"]
 
 
 def _client(client):

@@ -7,9 +7,8 @@ failure.
 import os
 
 import numpy as np
-import pandas as pd
 import pytest
-from tiny import TINY_NETWORK, CountingEmbedder
+from tiny import TINY_NETWORK, CountingEmbedder, long_table
 
 try:
     import dask
@@ -37,12 +36,7 @@ def trained():
     # Counts its unpickling in each process: the proof of shipping once per worker.
     embedder = CountingEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     embedder.fit(data.evaluation_sets)
-    rows = [
-        (name, query, score)
-        for name, evaluations in zip(data.model_names, data.evaluation_sets)
-        for query, score in evaluations.items()
-    ]
-    table = pd.DataFrame(rows, columns=["model", "query", "score"])
+    table = long_table(data)
     return data, embedder, table, embedder.transform(data.evaluation_sets)
 
 

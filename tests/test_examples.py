@@ -72,6 +72,11 @@ def _search_names_a_best_setting(output):
     assert re.search(r"best: \{'n_latents': (4|16)\}", output), output
 
 
+def _both_paths_give_transforms_vectors(output):
+    assert "streamed vectors equal transform's: True" in output
+    assert "dask vectors equal transform's: True" in output
+
+
 CHECKS = {
     "quick_start.py": _routes_beat_the_best_model,
     "table_to_saved_router.py": _served_routes_match,
@@ -80,6 +85,7 @@ CHECKS = {
     "substitutes_and_fallback.py": _fallback_moves_only_the_lost_queries,
     "grid_search_n_latents.py": _search_names_a_best_setting,
     "model_map.py": _the_map_is_written,
+    "embed_beyond_memory.py": _both_paths_give_transforms_vectors,
     "serve_over_http.py": _the_server_routes_and_onboards,
 }
 # Files an example leaves in its working folder, for the reader to open.

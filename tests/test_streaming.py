@@ -5,7 +5,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tiny import TINY_NETWORK
+from tiny import TINY_NETWORK, long_table
 
 from sklocus import LocusEmbedder, embed_parquet, iter_embeddings
 from sklocus.datasets import make_evaluations
@@ -22,12 +22,7 @@ def trained():
     )
     embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     embedder.fit(data.evaluation_sets)
-    rows = [
-        (name, query, score)
-        for name, evaluations in zip(data.model_names, data.evaluation_sets)
-        for query, score in evaluations.items()
-    ]
-    table = pd.DataFrame(rows, columns=["model", "query", "score"])
+    table = long_table(data)
     return data, embedder, table
 
 

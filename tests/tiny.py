@@ -1,5 +1,7 @@
 """The smallest network and pool that exercise every code path, for quick tests."""
 
+import pandas as pd
+
 from sklocus import LocusEmbedder
 
 # A LocusEmbedder that trains in about a second on TINY_POOL.
@@ -28,3 +30,13 @@ class CountingEmbedder(LocusEmbedder):
     def __setstate__(self, state):
         CountingEmbedder.loads += 1
         super().__setstate__(state)
+
+
+def long_table(data):
+    """The evaluations of make_evaluations as a long table, sorted by model."""
+    rows = [
+        (name, query, score)
+        for name, evaluations in zip(data.model_names, data.evaluation_sets)
+        for query, score in evaluations.items()
+    ]
+    return pd.DataFrame(rows, columns=["model", "query", "score"])
