@@ -76,7 +76,10 @@ def test_predictions_and_their_shapes(router, problem):
     p = router.predict_correctness(test[:20])
     assert p.shape == (20, 16) and ((p > 0) & (p < 1)).all()
     chosen = router.predict(test[:20])
-    np.testing.assert_array_equal(chosen, router.classes_[p.argmax(axis=1)])
+    # Utilities within 1e-6 of the best are ties, which go to the first model
+    # (models 12 and 14 of this pool tie on some queries).
+    first_best = (p >= p.max(axis=1, keepdims=True) - 1e-6).argmax(axis=1)
+    np.testing.assert_array_equal(chosen, router.classes_[first_best])
     proba = router.predict_proba(test[:20])
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     np.testing.assert_array_equal(proba.argmax(axis=1), p.argmax(axis=1))
