@@ -636,8 +636,12 @@ def test_fine_tuning_is_deterministic_and_keeps_the_query_encoder(
     assert fine_tuned.query_encoder_ is not None
     assert fine_tuned.query_dim_ == fitted.query_dim_
     reordered = [dict(reversed(list(s.items()))) for s in sets]
+    # Equal up to float32 summation order: components reach about 20 here.
     np.testing.assert_allclose(
-        fine_tuned.transform(reordered), fine_tuned.transform(sets), atol=1e-5
+        fine_tuned.transform(reordered),
+        fine_tuned.transform(sets),
+        rtol=2e-6,
+        atol=1e-5,
     )
     # Training queries of both fits count as known.
     assert len(fine_tuned.query_centroids_) > len(fitted.query_centroids_)
