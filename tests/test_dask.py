@@ -59,10 +59,14 @@ def test_local_scheduler_and_shuffled_partitions(trained):
         embeddings = embed_dask(embedder, shuffled).compute()
         rows = shuffled.compute()
     # The shuffle reorders each model's evaluations, and attention sums them in
-    # that order: bit for bit, the vectors are those of the reordered sets.
+    # that order; the shuffle computed twice need not order them alike, so the
+    # vectors agree up to float32 summation order (a full suite run saw 6.7e-6).
     sets, names = from_long(rows)
-    np.testing.assert_array_equal(
-        vectors_by_model(embeddings, names), embedder.transform(sets)
+    np.testing.assert_allclose(
+        vectors_by_model(embeddings, names),
+        embedder.transform(sets),
+        rtol=1e-5,
+        atol=1e-5,
     )
     np.testing.assert_allclose(
         vectors_by_model(embeddings, data.model_names), expected, rtol=1e-5, atol=1e-5
