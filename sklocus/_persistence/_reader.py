@@ -14,6 +14,7 @@ from skorch.history import History
 from sklocus._embedder import LocusEmbedder, locus_network, release_training_state
 from sklocus._persistence._schema import (
     ADDED,
+    ADDED_PARAMETERS,
     CLASSES,
     FITTED,
     NESTED,
@@ -84,8 +85,11 @@ class Reader:
             )
         estimator = cls(
             **{
-                key: self.attribute(v, key, f"{where}.{key}")
-                for key, v in params.items()
+                **ADDED_PARAMETERS.get(cls, {}),
+                **{
+                    key: self.attribute(v, key, f"{where}.{key}")
+                    for key, v in params.items()
+                },
             }
         )
         try:

@@ -9,6 +9,7 @@ from sklearn.frozen import FrozenEstimator
 from skorch import NeuralNet
 
 from sklocus._embedder import LocusEmbedder
+from sklocus._router import ADDED_PARAMETERS as ROUTER_ADDED_PARAMETERS
 from sklocus._router import LocusRouter
 from sklocus._selection import (
     CoverageGreedySelector,
@@ -64,6 +65,8 @@ FITTED = {
         "embeddings_": FLOATS_2D,
         "classes_": Array("iuOU", 1),
         "cost_": (Array("f", 1), NONE),
+        "groups_": (Array("iuOU", 1), NONE),
+        "group_offsets_": (FLOATS_2D, NONE),
     },
     KCenterSelector: {**_SELECTED, "radius_": float},
     KMedoidsSelector: {**_SELECTED, "inertia_": float, "n_iter_": int},
@@ -76,7 +79,13 @@ FITTED = {
 }
 # Fitted attributes that files of an older format lack, with the value that
 # reproduces what those files did.
-ADDED = {LocusEmbedder: {"embedding_scale_": 1.0}}
+ADDED = {
+    LocusEmbedder: {"embedding_scale_": 1.0},
+    LocusRouter: {"groups_": None, "group_offsets_": None},
+}
+# Parameters that files of an older format lack, with the value that reproduces
+# what those files did (a class's default may have changed since).
+ADDED_PARAMETERS = {LocusRouter: ROUTER_ADDED_PARAMETERS}
 # Fitted attributes that only some fits set (scikit-learn's, from a DataFrame).
 OPTIONAL = {"feature_names_in_": Array("OU", 1)}
 CLASSES = {cls.__name__: cls for cls in FITTED}
@@ -128,6 +137,13 @@ def inconsistency(estimator):
             return f"embeddings_ are not ({rows} models, {width})"
         if estimator.cost_ is not None and len(estimator.cost_) != rows:
             return "cost_ does not give one cost per model"
+        if (estimator.groups_ is None) != (estimator.group_offsets_ is None):
+            return "groups_ and group_offsets_ are not given together"
+        if estimator.groups_ is not None and estimator.group_offsets_.shape != (
+            rows,
+            len(estimator.groups_),
+        ):
+            return f"group_offsets_ are not ({rows} models, {len(estimator.groups_)})"
     elif isinstance(
         estimator, KCenterSelector | KMedoidsSelector | CoverageGreedySelector
     ):
