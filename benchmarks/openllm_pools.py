@@ -42,13 +42,15 @@ import numpy as np
 import openllm
 import openllm_baselines as baselines
 import openllm_pools_report as pools_report
+import pandas as pd
 from overrides import parse_overrides
 from provenance import commit
 from sklearn.cluster import KMeans
+from sklearn.frozen import FrozenEstimator
 from variants import VARIANTS
 
 import sklocus
-from sklocus import KCenterSelector, LocusEmbedder
+from sklocus import KCenterSelector, LocusEmbedder, LocusRouter
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.geometry import (
     DUPLICATE_THRESHOLD,
@@ -60,6 +62,7 @@ from sklocus.geometry import (
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 POOL_SIZE = openllm.POOL_SIZE
+ROUTER = "LocusRouter (defaults)"
 SIZES = pools_report.SIZES
 PORTFOLIO_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 112)
 CLUSTERS = 8
@@ -180,14 +183,66 @@ class Baselines:
         return p
 
 
+def tallies(data):
+    """The baselines that need no fit: overall accuracy and the labelled tallies.
+
+    What ``--locus-only`` still measures, so that LocusRouter given query groups
+    has the tallies that use the same labels beside it.
+    """
+
+    def predict(drawn):
+        observed, _ = to_matrix(drawn, queries=data.train_ids)
+        return {
+            LABEL_FREE[0]: baselines.overall_accuracy(observed, len(data.test_ids)),
+            LABELLED[0]: baselines.per_subject_accuracy(
+                observed, data.train_subjects, data.test_subjects
+            ),
+            LABELLED[1]: baselines.per_subject_accuracy(
+                observed, data.train_benchmarks, data.test_benchmarks
+            ),
+        }
+
+    return predict
+
+
 def profile_spread(probabilities):
     """Mean over models of the sd of a model's logits over the test queries."""
     p = np.clip(probabilities, 1e-6, 1 - 1e-6)
     return float(np.log(p / (1 - p)).std(axis=1).mean())
 
 
-def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws):
+def router_predictions(data, embedder, drawn, routers):
+    """P(correct) of ``LocusRouter`` (its defaults) over the drawn sets.
+
+    ``routers`` maps a method name to ``(groups, shrinkage)``: ``groups`` is
+    None (no query groups), "subject" or "benchmark", the labels the router
+    is given for the train and test queries.
+    """
+    observed, _ = to_matrix(drawn, queries=data.train_ids)
+    kept = ~np.isnan(observed).all(axis=0)
+    queries = [q for q, keep in zip(data.train_ids, kept) if keep]
+    Y = pd.DataFrame(observed[:, kept].T)
+    labels = {
+        "subject": (data.train_subjects, data.test_subjects),
+        "benchmark": (data.train_benchmarks, data.test_benchmarks),
+    }
+    out = {}
+    for name, (groups, shrinkage) in routers.items():
+        router = LocusRouter(FrozenEstimator(embedder), group_shrinkage=shrinkage)
+        if groups is None:
+            router.fit(queries, Y)
+            p = router.predict_correctness(data.test_ids)
+        else:
+            train_groups, test_groups = labels[groups]
+            router.fit(queries, Y, query_groups=train_groups[kept])
+            p = router.predict_correctness(data.test_ids, query_groups=test_groups)
+        out[name] = p.T
+    return out
+
+
+def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws, routers):
     """{metric: {method: [value per n]}} for one pool, each the mean over draws."""
+    cheap = tallies(data)
     truth = data.test_matrix[pool]
     sets = data.sets(pool)
     figures = {}
@@ -195,12 +250,13 @@ def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws):
         values = {}
         for state in openllm.draw_states(seed, draws):
             drawn = subsample(sets, n, random_state=state)
-            p = fitted_baselines.predict(drawn) if fitted_baselines else {}
+            p = fitted_baselines.predict(drawn) if fitted_baselines else cheap(drawn)
             for name, embedder in embedders.items():
                 p[name] = embedder.predict_correctness(
                     embedder.transform(drawn), data.test_ids
                 )
                 values.setdefault(("spread", name), []).append(profile_spread(p[name]))
+            p.update(router_predictions(data, embedders[LOCUS], drawn, routers))
             for method, probabilities in p.items():
                 values.setdefault(("correctness", method), []).append(
                     correctness_accuracy(truth, probabilities)
@@ -363,12 +419,33 @@ def main():
         metavar="STEPS:PENALTY",
         help="also measure the embedder with this test-time refinement",
     )
+    parser.add_argument(
+        "--router",
+        nargs="*",
+        default=["none", "subject", "benchmark"],
+        choices=["none", "subject", "benchmark"],
+        help="also measure LocusRouter's defaults, without query groups (none) "
+        "or given the queries' subjects or benchmarks",
+    )
+    parser.add_argument(
+        "--group-shrinkage",
+        nargs="*",
+        type=float,
+        default=[LocusRouter().group_shrinkage],
+        help="LocusRouter's group_shrinkage values to measure with query groups",
+    )
     parser.add_argument("--out", help="JSON file of every figure")
     parser.add_argument(
         "--locus-only",
         action="store_true",
         help="measure LOCUS's predictions only (no baselines, geometry or "
         "duplicates): enough to compare a variant with a full run, pool by pool",
+    )
+    parser.add_argument(
+        "--no-geometry",
+        action="store_true",
+        help="measure predictions only, LOCUS's and the baselines' (no geometry "
+        "or duplicates)",
     )
     parser.add_argument(
         "--embedder",
@@ -391,7 +468,18 @@ def main():
         help="with --report: another run on the same pools, compared pool by pool",
     )
     parser.add_argument("--markdown", type=Path, default=Path("docs/results.md"))
+    parser.add_argument(
+        "--report-router",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="write docs/router-results.md from these --out files (one per seed)",
+    )
     arguments = parser.parse_args()
+    if arguments.report_router:
+        results = [json.loads(path.read_text()) for path in arguments.report_router]
+        pools_report.ROUTER_PAGE.write_text(pools_report.router_section(results))
+        return
     if arguments.report:
         result = json.loads(arguments.report.read_text())
         others = [
@@ -431,6 +519,13 @@ def main():
             refine_steps=steps, refine_penalty=penalty
         )
         embedders[f"LOCUS, refined ({steps} steps, penalty {penalty:g})"] = refined
+    routers = {}
+    for groups in arguments.router:
+        for shrinkage in arguments.group_shrinkage:
+            name = ROUTER if groups == "none" else f"{ROUTER} + {groups} groups"
+            if len(arguments.group_shrinkage) > 1 and groups != "none":
+                name += f" (shrinkage {shrinkage:g})"
+            routers[name] = (None if groups == "none" else groups, shrinkage)
     start = time.perf_counter()
     fitted_baselines = None
     if not arguments.locus_only:
@@ -438,14 +533,20 @@ def main():
     per_pool = []
     for number, pool in enumerate(pools):
         figures = prediction_figures(
-            data, embedders, fitted_baselines, pool, arguments.seed, arguments.draws
+            data,
+            embedders,
+            fitted_baselines,
+            pool,
+            arguments.seed,
+            arguments.draws,
+            routers,
         )
-        if not arguments.locus_only:
+        if not (arguments.locus_only or arguments.no_geometry):
             figures["geometry"] = geometry_figures(data, embedder, pool)
         per_pool.append(figures)
         print(f"pool {number}: {json.dumps(figures.get('geometry'))}", flush=True)
     duplicates = None
-    if not arguments.locus_only:
+    if not (arguments.locus_only or arguments.no_geometry):
         duplicates = duplicate_figures(data, embedder, arguments.seed)
     result = {
         "fit": fit,

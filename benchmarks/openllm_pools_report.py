@@ -403,3 +403,95 @@ def write_report(path, section):
     """Put ``section`` into the results page at ``path``."""
     path = Path(path)
     path.write_text(place_section(path.read_text(), section))
+
+
+ROUTER_PAGE = Path("docs/router-results.md")
+
+
+def router_section(results):
+    """LocusRouter's defaults, with and without query groups, over several seeds.
+
+    ``results`` are ``openllm_pools.py --out`` files of one protocol at several
+    seeds (each seed its own fit and its own pools). A cell is the mean over every
+    (seed, pool) with its standard error; "paired" rows are a method minus the
+    label tally it competes with, pool by pool.
+    """
+    first = results[0]
+    methods = list(first["pools"][0]["correctness"])
+    pools = [pool for result in results for pool in result["pools"]]
+    merged = {"pools": pools}
+    seeds = ", ".join(str(result["seed"]) for result in results)
+    fits = "; ".join(
+        f"seed {r['seed']}: {r['fit'].get('models')} models, "
+        f"{r['fit'].get('seconds', 0) / 60:.1f} min at {r['fit'].get('commit')}"
+        for r in results
+    )
+    lines = [
+        "# LocusRouter on pools of unseen models",
+        "",
+        f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER "
+        f"{first.get('arguments', '')}` at seeds {seeds}, then `--report-router` "
+        f"of those files, at commit {first['commit']} on {first.get('date', '')}. "
+        f"Each seed fits its own embedder on every model outside its pools "
+        f"({fits}) and draws its own {len(first['pools'])} pools of 112 unseen "
+        f"fully observed models; {first['draws']} draws of the n train-query "
+        "evaluations per model; 269 test queries. A cell is the mean over all "
+        f"{len(pools)} (seed, pool) pairs ± its standard error. 'LocusRouter "
+        "(defaults)' is `LocusRouter(FrozenEstimator(embedder))` as it is "
+        "(refine_steps=50); '+ subject groups' and '+ benchmark groups' pass the "
+        "queries' subjects or benchmarks as `query_groups` to fit and predict, "
+        "the labels the per-subject and per-benchmark tallies use.",
+    ]
+    for metric in ("correctness", "routing"):
+        lines += ["", f"{metric.capitalize()} accuracy:", ""]
+        lines += _table(
+            ["method", *[f"n = {n}" for n in SIZES]],
+            [
+                [m, *[_cell(_by_n(merged, metric, m)[:, i]) for i in range(len(SIZES))]]
+                for m in methods
+            ],
+        )
+    pairs = [
+        (m, tally)
+        for m in methods
+        for groups, tally in (("subject", LABELLED[0]), ("benchmark", LABELLED[1]))
+        if m.endswith(f"{groups} groups") and tally in methods
+    ]
+    if pairs:
+        lines += [
+            "",
+            "Paired by pool, the router with groups minus the tally of the "
+            "same labels:",
+            "",
+        ]
+        rows = []
+        for method, tally in pairs:
+            for metric in ("correctness", "routing"):
+                rows.append(
+                    [
+                        f"{method} minus {tally}",
+                        metric,
+                        *[
+                            "{:+.3f} ± {:.3f}".format(
+                                *_paired(merged, metric, method, tally, i)
+                            )
+                            for i in range(len(SIZES))
+                        ],
+                    ]
+                )
+        lines += _table(["comparison", "metric", *[f"n = {n}" for n in SIZES]], rows)
+    if len(results) > 1:
+        lines += [
+            "",
+            "Spread between seeds (sd of each seed's mean over its pools):",
+            "",
+        ]
+        rows = []
+        for m in methods:
+            for metric in ("correctness", "routing"):
+                per_seed = np.array([_by_n(r, metric, m).mean(axis=0) for r in results])
+                rows.append(
+                    [m, metric, *[f"{v:.3f}" for v in per_seed.std(axis=0, ddof=1)]]
+                )
+        lines += _table(["method", "metric", *[f"n = {n}" for n in SIZES]], rows)
+    return "\n".join(lines) + "\n"
