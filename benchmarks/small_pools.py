@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import time
 import warnings
@@ -216,6 +217,67 @@ def measure(pool, seed, overrides, cache):
     }
 
 
+def _command(arguments):
+    """A run's arguments with its folders named by role, not by this machine's paths."""
+    for flag, role in (
+        ("--llmrouter", "LLMROUTER_FOLDER"),
+        ("--openllm", "OPENLLM_FOLDER"),
+        ("--cache", "CACHE"),
+        ("--out", "FILE"),
+    ):
+        arguments = re.sub(rf"{flag} \S+", f"{flag} {role}", arguments)
+    return re.sub(r"--seeds( \d+)+", "--seeds ...", arguments)
+
+
+def report(rows):
+    """docs/small-pools.md from the JSON lines of one or more runs."""
+    pools = list(dict.fromkeys(row["pool"] for row in rows))
+    methods = list(rows[0]["correctness"])
+    commits = sorted({row["commit"] for row in rows})
+    dates = sorted({row["date"] for row in rows})
+    lines = [
+        "# Small pools: LOCUS fitted on the pool itself",
+        "",
+        f"Written by `python benchmarks/small_pools.py --report` from runs of "
+        f"`python benchmarks/small_pools.py {_command(rows[0]['arguments'])}` (one "
+        "per group "
+        f"of seeds) at commit(s) {', '.join(commits)} on {', '.join(dates)}. "
+        "Protocol: the script's docstring. Each seed fits `LocusEmbedder()` "
+        "(defaults) on the pool's train questions; a cell is the mean over seeds "
+        "± its standard deviation. 'LOCUS, router' is "
+        "`LocusRouter(FrozenEstimator(embedder))` with its defaults (refined "
+        "pool embeddings); the baselines do not depend on the seed for LLMRouter "
+        "(the same 9 models each time), and do for Open LLM pools (other models). "
+        "Fit times are wall-clock on 2 shared CPU cores with one thread per "
+        "process, so they overstate an idle machine's.",
+    ]
+    for pool in pools:
+        mine = [row for row in rows if row["pool"] == pool]
+        seeds = [row["seed"] for row in mine]
+        fit = np.array([row["fit_seconds"] for row in mine])
+        epochs = [row["epochs"] for row in mine]
+        lines += [
+            "",
+            f"## {pool}: {mine[0]['models']} models, seeds {seeds}",
+            "",
+            f"Fit {fit.mean():.0f} s (from {fit.min():.0f} to {fit.max():.0f}), "
+            f"epochs {epochs}; best single model "
+            f"{np.mean([row['best single model'] for row in mine]):.3f}, oracle "
+            f"{np.mean([row['oracle'] for row in mine]):.3f}.",
+            "",
+            "| method | correctness | routing |",
+            "|---|---|---|",
+        ]
+        for method in methods:
+            cells = []
+            for metric in ("correctness", "routing"):
+                values = np.array([row[metric][method] for row in mine])
+                spread = values.std(ddof=1) if len(values) > 1 else float("nan")
+                cells.append(f"{values.mean():.3f} ± {spread:.3f}")
+            lines.append(f"| {method} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llmrouter", type=Path, help="the LLMRouter data folder")
@@ -225,7 +287,23 @@ def main():
     parser.add_argument("--set", nargs="*", default=[], metavar="name=value")
     parser.add_argument("--cache", type=Path)
     parser.add_argument("--out", type=Path, help="JSON lines, one per pool and seed")
+    parser.add_argument(
+        "--report",
+        nargs="+",
+        type=Path,
+        metavar="JSONL",
+        help="write docs/small-pools.md from these --out files",
+    )
     arguments = parser.parse_args()
+    if arguments.report:
+        rows = [
+            json.loads(line)
+            for path in arguments.report
+            for line in path.read_text().splitlines()
+            if line.strip()
+        ]
+        Path("docs/small-pools.md").write_text(report(rows))
+        return
     overrides = parse_overrides(arguments.set)
     code = commit()
     for seed in arguments.seeds:
