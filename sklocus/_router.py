@@ -267,8 +267,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         # behaves as they did.
         for name, default in ADDED_PARAMETERS.items():
             state.setdefault(name, default)
-        state.setdefault("groups_", None)
-        state.setdefault("group_offsets_", None)
+        if "embeddings_" in state:  # fitted before query groups existed
+            state.setdefault("groups_", None)
+            state.setdefault("group_offsets_", None)
         super().__setstate__(state)
 
     def __sklearn_tags__(self):
