@@ -8,10 +8,13 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.frozen import FrozenEstimator
 
+from sklocus import LocusRouter
 from sklocus import load as load_model_file
 from sklocus.cli import main
 from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
 
 # A small network, so that fit takes seconds.
 TINY = ["--set", "embedding_dim=16", "--set", "n_latents=4", "--set", "max_epochs=1"]
@@ -171,6 +174,64 @@ def test_route_reads_a_text_file_of_queries(workspace, capsys):
     routes = pd.read_parquet(folder / "few.parquet")
     assert routes["query"].tolist() == data.query_ids[5:8]
     assert set(routes["model"]) <= set(data.model_names)
+
+
+def test_route_with_a_group_column_corrects_per_group(workspace, capsys):
+    folder, data, *_ = workspace
+    benchmark = {q: f"b{g}" for q, g in zip(data.query_ids, data.benchmarks)}
+    table = pd.read_csv(folder / "evals.csv")
+    table["benchmark"] = table["query"].map(benchmark)
+    table.to_csv(folder / "grouped.csv", index=False)
+    queries = data.query_ids[:25]
+    pd.DataFrame(
+        {"query": queries, "benchmark": [benchmark[q] for q in queries]}
+    ).to_csv(folder / "grouped_queries.csv", index=False)
+    succeeded(
+        in_process(
+            "route",
+            "model.sklocus",
+            "grouped.csv",
+            "grouped_queries.csv",
+            "-o",
+            "grouped_routes.csv",
+            "--group-column",
+            "benchmark",
+            "--top-k",
+            "2",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    routes = pd.read_csv(folder / "grouped_routes.csv")
+    embedder = load_model_file(folder / "model.sklocus")
+    scores, pool_queries = to_matrix(data.evaluation_sets)
+    router = LocusRouter(FrozenEstimator(embedder)).fit(
+        pool_queries,
+        pd.DataFrame(scores.T, columns=data.model_names),
+        query_groups=[benchmark[q] for q in pool_queries],
+    )
+    models, p = router.rank_models(
+        queries, k=2, query_groups=[benchmark[q] for q in queries]
+    )
+    assert routes["model_1"].tolist() == models[:, 0].tolist()
+    np.testing.assert_allclose(routes["p_1"], p[:, 0], rtol=1e-5)
+    # A text file of queries has no column to read groups from.
+    (folder / "plain.txt").write_text("\n".join(queries) + "\n")
+    error = one_line_error(
+        [
+            "route",
+            "model.sklocus",
+            "grouped.csv",
+            "plain.txt",
+            "-o",
+            "x.csv",
+            "--group-column",
+            "benchmark",
+        ],
+        folder,
+        capsys,
+    )
+    assert "a text file has no columns; leave out --group-column" in error
 
 
 def test_neighbors_duplicates_clusters_on_the_embeddings(workspace):

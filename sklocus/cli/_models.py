@@ -31,6 +31,7 @@ from sklocus.cli._tables import (
     SIZE,
     Evaluations,
     check_output,
+    per_query,
     read_evaluations,
     read_queries,
     read_query_vectors,
@@ -165,6 +166,12 @@ def register(commands):
         "--cost-column",
         metavar="COL",
         help="each model's cost: the mean of this column over its rows of EVALS",
+    )
+    choice.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's benchmark, subject or category, a column of EVALS and "
+        "of QUERIES: the router corrects each model's predictions per group",
     )
     choice.add_argument(
         "--cost-weight",
@@ -326,12 +333,21 @@ def run_embed(arguments):
     return 0
 
 
-def build_router(embedder, evaluations, cost_weight=0.0):
-    """Build a router over the pool of ``evaluations`` with a trained embedder."""
+def build_router(embedder, evaluations, cost_weight=0.0, groups=None):
+    """Build a router over the pool of ``evaluations`` with a trained embedder.
+
+    ``groups`` maps a query of the pool to its group (``LocusRouter``'s
+    ``query_groups``); a query it lacks has none.
+    """
     scores, pool_queries = to_matrix(evaluations.sets)
     Y = pd.DataFrame(scores.T, columns=evaluations.model_names)
     router = LocusRouter(FrozenEstimator(embedder), cost_weight=cost_weight)
-    return router.fit(pool_queries, Y, cost=evaluations.costs)
+    query_groups = None
+    if groups is not None:
+        query_groups = [groups.get(query) for query in pool_queries]
+    return router.fit(
+        pool_queries, Y, cost=evaluations.costs, query_groups=query_groups
+    )
 
 
 def run_embed_streaming(arguments):
@@ -397,12 +413,25 @@ def run_route(arguments):
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
-    ids, queries = read_queries(
-        arguments.queries, arguments.query_column, arguments.text_column
+    ids, queries, query_groups = read_queries(
+        arguments.queries,
+        arguments.query_column,
+        arguments.text_column,
+        arguments.group_column,
     )
-    router = build_router(embedder, evaluations, arguments.cost_weight or 0.0)
+    pool_groups = None
+    if arguments.group_column is not None:
+        pool_groups = per_query(
+            evaluations, arguments.query_column, arguments.group_column
+        )
+    router = build_router(
+        embedder, evaluations, arguments.cost_weight or 0.0, pool_groups
+    )
     models, probabilities = router.rank_models(
-        queries, k=arguments.top_k, exclude=arguments.exclude or None
+        queries,
+        k=arguments.top_k,
+        exclude=arguments.exclude or None,
+        query_groups=query_groups,
     )
     frame = pd.DataFrame({"query": ids, "model": models[:, 0]})
     for rank in range(models.shape[1]):

@@ -301,22 +301,28 @@ def _is_vector_column(column):
     return isinstance(column, str) and column[:1] == "z" and column[1:].isdigit()
 
 
-def read_queries(path, query_column, text_column):
+def read_queries(path, query_column, text_column, group_column=None):
     """Read the queries to route: a table, or a text file of one query per line.
 
-    Returns ``(ids, queries)``: what identifies each query in the output, and what
-    the encoder is given (its text when a text column is named, else its id).
+    Returns ``(ids, queries, groups)``: what identifies each query in the output,
+    what the encoder is given (its text when a text column is named, else its
+    id), and each query's group (None without a group column; a missing value
+    is no group).
     """
     path = _existing(path, "file")
     if path.name.lower().endswith(".txt") and not path.is_dir():
-        if text_column is not None:
-            raise UserError(
-                f"{path}: a text file has no columns; leave out --text-column"
-            )
+        for option, given in (
+            ("--text-column", text_column),
+            ("--group-column", group_column),
+        ):
+            if given is not None:
+                raise UserError(
+                    f"{path}: a text file has no columns; leave out {option}"
+                )
         queries = read_lines(path)
         if not queries:
             raise UserError(f"{path}: no queries; expected one per line")
-        return queries, queries
+        return queries, queries, None
     frame = read_table(path, text_columns=(query_column,))
     columns = {"--query-column": query_column}
     if text_column is not None:
@@ -331,9 +337,13 @@ def read_queries(path, query_column, text_column):
                 f"{path}: row {int(np.argmax(missing))} has no value in column "
                 f"{column!r}"
             )
+    groups = None
+    if group_column is not None:
+        require_columns(frame, {"--group-column": group_column}, path)
+        groups = frame[group_column].tolist()
     ids = frame[query_column].tolist()
     texts = ids if text_column is None else frame[text_column].astype(str).tolist()
-    return ids, texts
+    return ids, texts, groups
 
 
 def per_query(evaluations, query_column, column):
