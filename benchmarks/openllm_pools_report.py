@@ -6,6 +6,7 @@ section of docs/results.md.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -430,17 +431,19 @@ def router_section(results):
         "# LocusRouter on pools of unseen models",
         "",
         f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER "
-        f"{first.get('arguments', '')}` at seeds {seeds}, then `--report-router` "
+        f"{re.sub(r'--seed [0-9]+', '--seed S', first.get('arguments', ''))}` "
+        f"at seeds S = {seeds}, then `--report-router` "
         f"of those files, at commit {first['commit']} on {first.get('date', '')}. "
         f"Each seed fits its own embedder on every model outside its pools "
         f"({fits}) and draws its own {len(first['pools'])} pools of 112 unseen "
-        f"fully observed models; {first['draws']} draws of the n train-query "
-        "evaluations per model; 269 test queries. A cell is the mean over all "
+        f"fully observed models; {first['draws']} draw(s) of the n train-query "
+        "evaluations per model; 269 test queries. Fit times are wall-clock on 2 "
+        "CPU cores shared with other runs. A cell is the mean over all "
         f"{len(pools)} (seed, pool) pairs ± its standard error. 'LocusRouter "
         "(defaults)' is `LocusRouter(FrozenEstimator(embedder))` as it is "
-        "(refine_steps=50); '+ subject groups' and '+ benchmark groups' pass the "
+        "(refine_steps=50); '+ subject groups' or '+ benchmark groups' passes the "
         "queries' subjects or benchmarks as `query_groups` to fit and predict, "
-        "the labels the per-subject and per-benchmark tallies use.",
+        "the labels the per-subject or per-benchmark tally uses.",
     ]
     for metric in ("correctness", "routing"):
         lines += ["", f"{metric.capitalize()} accuracy:", ""]
