@@ -71,6 +71,7 @@ from sklocus.evaluations import to_matrix
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 ENCODER = "all-MiniLM-L6-v2"
+ROUTER = "LOCUS, router"
 LOGISTIC_C = (0.01, 0.1, 1.0, 10.0, 100.0)
 
 
@@ -197,7 +198,7 @@ def measure(pool, seed, overrides, cache):
         "logistic regression per model": logistic_per_model(pool),
         "MF (dim 16)": matrix_factorisation(pool, seed),
         "LOCUS, forward pass": forward,
-        "LOCUS, router": routed,
+        ROUTER: routed,
     }
     epochs = len(embedder.history_)
     return {
@@ -274,6 +275,24 @@ def report(rows):
                 values = np.array([row[metric][method] for row in mine])
                 spread = values.std(ddof=1) if len(values) > 1 else float("nan")
                 cells.append(f"{values.mean():.3f} ± {spread:.3f}")
+            lines.append(f"| {method} | {' | '.join(cells)} |")
+        lines += [
+            "",
+            f"{ROUTER} minus each other method, paired by seed (mean ± sd):",
+            "",
+            "| method | correctness | routing |",
+            "|---|---|---|",
+        ]
+        for method in methods:
+            if method == ROUTER:
+                continue
+            cells = []
+            for metric in ("correctness", "routing"):
+                gaps = np.array(
+                    [row[metric][ROUTER] - row[metric][method] for row in mine]
+                )
+                spread = gaps.std(ddof=1) if len(gaps) > 1 else float("nan")
+                cells.append(f"{gaps.mean():+.3f} ± {spread:.3f}")
             lines.append(f"| {method} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
