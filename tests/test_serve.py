@@ -62,7 +62,11 @@ def pool():
     )
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y, cost=data.params_b)
+    # Forward-pass embeddings (refine_steps=0): the concurrency test onboards
+    # while 32 clients route, and refinement's 50 autograd steps then wait behind
+    # the routing threads for torch's CPU threads, past a minute on 2 cores.
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
+    router.fit(queries, Y, cost=data.params_b)
     return data, newcomers, router
 
 
