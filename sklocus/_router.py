@@ -640,9 +640,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     # -- changing the pool ------------------------------------------------------
 
     def add_models(self, evaluation_sets, names, cost=None, query_groups=None):
-        """Onboard models: embed them with one forward pass, no training.
+        """Onboard models: embed them as ``fit`` does, with no training.
 
-        Existing embeddings do not change.
+        New embeddings are refined as ``refine_steps`` says; existing embeddings
+        do not change.
 
         Parameters
         ----------
