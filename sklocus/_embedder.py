@@ -58,6 +58,16 @@ _QUERY_CLUSTERS = 32
 # Fixed draws of each validation model in the validation loss: two halve the cost
 # of four, which a fit on thousands of models does not need to rank epochs.
 _VALIDATION_DRAWS = 2
+# Pools of fewer models than this are small: the "auto" settings validate every
+# model on held-out queries instead of holding out models (a tenth of a small
+# pool is one to nine models, whose loss ranks epochs by which models they are),
+# and train up to _SMALL_POOL_EPOCHS epochs of _SMALL_POOL_EPOCH_SIZE draws, half
+# the draws of the large-pool schedule in more, shorter epochs (docs/small-pools.md).
+_SMALL_POOL = 100
+_SMALL_POOL_EPOCHS = 20
+_SMALL_POOL_EPOCH_SIZE = 1024
+_LARGE_POOL_EPOCHS = 10
+_LARGE_POOL_EPOCH_SIZE = 4096
 # Training models whose embeddings set embedding_scale_ (at most; chosen at random).
 _SCALE_MODELS = 1024
 # Adam's step size in test-time refinement (refine_steps).
@@ -207,21 +217,26 @@ class LocusEmbedder(
         training step.
     decoder_size : int, default=64
         Evaluations of each model used as targets at each training step.
-    max_epochs : int, default=10
-        Most training epochs. Early stopping often ends training sooner; the cap
+    max_epochs : "auto" or int, default="auto"
+        Most training epochs; ``"auto"`` is 10 on pools of 100 models or more and
+        20 on smaller ones. Early stopping often ends training sooner; the cap
         bounds the time of a fit: on the 5,949 Open LLM Leaderboard models an epoch
         takes 80-90 s on 2 CPU cores, and the held-out loss stops improving after
         4-10 epochs (docs/tuning.md), so a default fit of all of them stays under
         15 minutes.
-    epoch_size : int, default=4096
+    epoch_size : "auto" or int, default="auto"
         Least number of model draws in an epoch: every training model is drawn
         once, or several times when the pool is smaller than this (each draw takes
         a fresh subset, so a small pool still gets that many distinct examples).
-        With ``max_epochs`` it sets how long a small pool trains: on 100 synthetic
-        models, 12 epochs of 4,096 draws take about 4.5 minutes on 2 CPU cores and
-        separate families better than 12 epochs of 1,024 draws
-        (docs/geometry-synthetic.md). A pool of more than 4,096 training models is
-        drawn once per epoch whatever this is.
+        ``"auto"`` is 4,096 on pools of 100 models or more and 1,024 on smaller
+        ones. With ``max_epochs`` it sets how long a small pool trains: on 100
+        synthetic models, 12 epochs of 4,096 draws take about 4.5 minutes on 2 CPU
+        cores and separate families better than 12 epochs of 1,024 draws
+        (docs/geometry-synthetic.md); on 20 Open LLM models, 20 epochs of 1,024
+        draws validated on held-out queries take under 3 minutes and predict new
+        queries better than the 10 epochs of 4,096 that took 8 to 20
+        (docs/small-pools.md). A pool of more than 4,096 training models is drawn
+        once per epoch whatever this is.
     batch_size : int, default=32
         Models per training step.
     lr : float, default=2e-4
@@ -238,13 +253,21 @@ class LocusEmbedder(
         from memorising the training queries; twice the reference code's (0.10,
         0.05), which predicted and routed worse on new queries of the Open LLM data
         (docs/tuning.md).
-    validation_fraction : float or None, default=0.1
-        Fraction of the *models* held out for early stopping on their loss. ``None``
-        trains for ``max_epochs`` with no held-out models.
+    validation_fraction : "auto", float or None, default="auto"
+        What early stopping watches. A float in (0, 1) holds out that fraction of
+        the *models* (at least one, and only from pools of 4 or more): the
+        validation loss is theirs. 0 holds out no model: the validation loss is
+        that of every training model on the held-out queries
+        (``validation_queries``), which is what a team routing among its own
+        models needs. ``"auto"`` is 0.1 on pools of 100 models or more and 0 on
+        smaller ones, where a tenth of the pool is a handful of models whose loss
+        ranks epochs by which models they are (docs/small-pools.md). ``None``
+        trains for ``max_epochs`` with no validation.
     validation_queries : float, default=0.1
-        Fraction of the *queries* kept out of training when models are held out:
-        the validation loss is then that of held-out models on held-out queries,
-        the situation of onboarding. 0 validates on training queries.
+        Fraction of the *queries* kept out of training for validation: held-out
+        models are embedded from their training queries and scored on these, the
+        situation of onboarding. 0 validates held-out models on training queries
+        (and is refused with ``validation_fraction=0``).
     patience : int, default=5
         Epochs without improvement of the validation loss before training stops.
     device : str, default="auto"
@@ -344,15 +367,25 @@ class LocusEmbedder(
         "predictor_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
         "encoder_sizes": [tuple],
         "decoder_size": [Interval(numbers.Integral, 1, None, closed="left")],
-        "max_epochs": [Interval(numbers.Integral, 1, None, closed="left")],
-        "epoch_size": [Interval(numbers.Integral, 1, None, closed="left")],
+        "max_epochs": [
+            StrOptions({"auto"}),
+            Interval(numbers.Integral, 1, None, closed="left"),
+        ],
+        "epoch_size": [
+            StrOptions({"auto"}),
+            Interval(numbers.Integral, 1, None, closed="left"),
+        ],
         "batch_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "lr": [Interval(numbers.Real, 0, None, closed="neither")],
         "predictor_lr": [Interval(numbers.Real, 0, None, closed="neither")],
         "weight_decay": [Interval(numbers.Real, 0, None, closed="left")],
         "dropout": [Interval(numbers.Real, 0, 1, closed="left")],
         "query_noise": [tuple],
-        "validation_fraction": [Interval(numbers.Real, 0, 1, closed="neither"), None],
+        "validation_fraction": [
+            StrOptions({"auto"}),
+            Interval(numbers.Real, 0, 1, closed="left"),
+            None,
+        ],
         "validation_queries": [Interval(numbers.Real, 0, 1, closed="left")],
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
@@ -379,15 +412,15 @@ class LocusEmbedder(
         predictor_hidden=64,
         encoder_sizes=(8, 512),
         decoder_size=64,
-        max_epochs=10,
-        epoch_size=4096,
+        max_epochs="auto",
+        epoch_size="auto",
         batch_size=32,
         lr=2e-4,
         predictor_lr=8e-4,
         weight_decay=0.05,
         dropout=0.1,
         query_noise=(0.20, 0.10),
-        validation_fraction=0.1,
+        validation_fraction="auto",
         validation_queries=0.1,
         patience=5,
         device="auto",
@@ -452,6 +485,12 @@ class LocusEmbedder(
                 f"query_noise={self.query_noise!r} must be a tuple (start, end) of "
                 "non-negative numbers"
             )
+        if self.validation_fraction == 0 and self.validation_queries == 0:
+            raise ValueError(
+                "validation_fraction=0 validates on held-out queries, but "
+                "validation_queries=0 holds none out; hold out queries, models "
+                "(validation_fraction > 0) or neither (validation_fraction=None)"
+            )
         if self.embedding_dim % self.n_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} must divide embedding_dim={self.embedding_dim}"
@@ -497,7 +536,7 @@ class LocusEmbedder(
         with torch.random.fork_rng(devices=self._rng_devices()):
             torch.manual_seed(seed)
             self.net_ = self._build_net(ragged, vectors, seed)
-            draws = draws_per_model(ragged.n_sets, self.epoch_size)
+            draws = draws_per_model(ragged.n_sets, self._schedule(ragged.n_sets)[2])
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
             if previous is None:
                 self.net_.fit(models, y=None)
@@ -564,12 +603,13 @@ class LocusEmbedder(
             ("non_finite_loss", StopOnNonFiniteLoss()),
         ]
         train_split = None
-        if self.validation_fraction is not None and ragged.n_sets >= 4:
+        fraction, max_epochs, epoch_size = self._schedule(ragged.n_sets)
+        if fraction is not None:
             train_split = ModelSplit(
-                self.validation_fraction,
+                fraction,
                 seed,
                 draws=_VALIDATION_DRAWS,
-                epoch_size=self.epoch_size,
+                epoch_size=epoch_size,
             )
             callbacks.append(
                 (
@@ -601,7 +641,7 @@ class LocusEmbedder(
             lr=self.lr,
             optimizer__weight_decay=self.weight_decay,
             optimizer__param_groups=[("predictor.*", {"lr": self.predictor_lr})],
-            max_epochs=self.max_epochs,
+            max_epochs=max_epochs,
             batch_size=self.batch_size,
             iterator_train__shuffle=True,
             iterator_train__collate_fn=SetCollator(*sampling, query_mask=query_mask),
@@ -614,6 +654,26 @@ class LocusEmbedder(
             **({} if on_terminal() else {"callbacks__print_log": PlainPrintLog()}),
             verbose=self.verbose,
         )
+
+    def _schedule(self, n_sets):
+        """This fit's ``(validation_fraction, max_epochs, epoch_size)``, "auto"
+        resolved by the pool's size; a fraction of 0 holds out no model, None
+        means no validation."""
+        small = n_sets < _SMALL_POOL
+        fraction, max_epochs, epoch_size = (
+            self.validation_fraction,
+            self.max_epochs,
+            self.epoch_size,
+        )
+        if fraction == "auto":
+            fraction = 0.0 if small and self.validation_queries > 0 else 0.1
+        if fraction is not None and fraction > 0 and n_sets < 4:
+            fraction = None
+        if max_epochs == "auto":
+            max_epochs = _SMALL_POOL_EPOCHS if small else _LARGE_POOL_EPOCHS
+        if epoch_size == "auto":
+            epoch_size = _SMALL_POOL_EPOCH_SIZE if small else _LARGE_POOL_EPOCH_SIZE
+        return fraction, max_epochs, epoch_size
 
     def __setstate__(self, state):
         # Embedders pickled before a parameter existed load with its default,

@@ -753,6 +753,47 @@ def test_a_validation_fraction_that_leaves_no_training_model_is_refused(data):
         embedder.fit(data.evaluation_sets[:8])
 
 
+class _CountValidationItems(Callback):
+    """Count the (model, draw) items of the first epoch's validation batches."""
+
+    def initialize(self):
+        self.items = 0
+        return self
+
+    def on_batch_begin(self, net, batch=None, training=None, **kwargs):
+        if not training and len(net.history) == 1:
+            self.items += len(batch[0]["encoder_codes"])
+
+
+@pytest.mark.parametrize(
+    "settings, items",
+    [
+        # 48 models: below 100, "auto" validates every model on held-out queries.
+        ({}, 48 * 2),
+        ({"validation_fraction": 0.0}, 48 * 2),
+        ({"validation_fraction": 0.1}, 5 * 2),
+        # No held-out queries to validate on: "auto" holds out models instead.
+        ({"validation_queries": 0.0}, 5 * 2),
+    ],
+)
+def test_small_pools_validate_every_model_on_held_out_queries(data, settings, items):
+    params = {**TINY, "max_epochs": 1, **settings}
+    params["callbacks"] = [("count", _CountValidationItems())]
+    embedder = LocusEmbedder(query_encoder=data.encoder, **params)
+    embedder.fit(data.evaluation_sets)
+    assert dict(embedder.net_.callbacks_)["count"].items == items
+    assert np.isfinite(embedder.history_[-1]["valid_loss"])
+
+
+def test_validating_on_held_out_queries_needs_some(data):
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder,
+        **{**TINY, "validation_fraction": 0, "validation_queries": 0},
+    )
+    with pytest.raises(ValueError, match=r"validation_fraction=0 .* validation_quer"):
+        embedder.fit(data.evaluation_sets)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine with no GPU")
 def test_cuda_without_a_gpu_is_a_clear_error(data):
     embedder = LocusEmbedder(query_encoder=data.encoder, **{**TINY, "device": "cuda"})

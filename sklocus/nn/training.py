@@ -196,10 +196,15 @@ class MaskedBCEWithLogitsLoss(nn.Module):
 class ModelSplit:
     """skorch ``train_split`` that holds out whole models for validation.
 
+    With ``fraction=0`` no model is held out: every model trains and every model
+    validates, which only makes sense with a collator whose ``query_mask`` keeps
+    some queries out of training (the validation loss is then that of the
+    training models on held-out queries, the steadier signal on a small pool).
+
     Parameters
     ----------
     fraction : float
-        Fraction of the models held out (at least one).
+        Fraction of the models held out (at least one), or 0 for none.
     seed : int
         Seeds the choice of models.
     draws : int, default=4
@@ -217,6 +222,12 @@ class ModelSplit:
 
     def __call__(self, dataset, y=None, **fit_params):
         """Split a :class:`ModelSetDataset` into training and validation models."""
+        if self.fraction == 0:
+            models = dataset.models
+            training = ModelSetDataset(
+                models, draws_per_model(len(models), self.epoch_size)
+            )
+            return training, ModelSetDataset(models, draws=self.draws)
         models = np.random.default_rng(self.seed).permutation(dataset.models)
         n_valid = max(1, int(round(self.fraction * len(models))))
         if n_valid >= len(models):
