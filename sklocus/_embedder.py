@@ -656,9 +656,11 @@ class LocusEmbedder(
         )
 
     def _schedule(self, n_sets):
-        """This fit's ``(validation_fraction, max_epochs, epoch_size)``, "auto"
-        resolved by the pool's size; a fraction of 0 holds out no model, None
-        means no validation."""
+        """Resolve "auto" by the pool's size.
+
+        Returns this fit's ``(validation_fraction, max_epochs, epoch_size)``; a
+        fraction of 0 holds out no model, None means no validation.
+        """
         small = n_sets < _SMALL_POOL
         fraction, max_epochs, epoch_size = (
             self.validation_fraction,
