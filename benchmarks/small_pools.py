@@ -230,6 +230,17 @@ def _command(arguments):
     return re.sub(r"--seeds( \d+)+", "--seeds ...", arguments)
 
 
+def _threads(rows):
+    """How the runs used the cores, as the report's note on fit times says it."""
+    threads = sorted({row.get("threads") for row in rows}, key=str)
+    if threads == [None]:
+        return (
+            "one thread per process, several processes sharing them, so they "
+            "overstate an idle machine's"
+        )
+    return f"{' or '.join(map(str, threads))} thread(s) per process"
+
+
 def report(rows):
     """docs/small-pools.md from the JSON lines of one or more runs."""
     pools = list(dict.fromkeys(row["pool"] for row in rows))
@@ -249,8 +260,7 @@ def report(rows):
         "`LocusRouter(FrozenEstimator(embedder))` with its defaults (refined "
         "pool embeddings); the baselines do not depend on the seed for LLMRouter "
         "(the same 9 models each time), and do for Open LLM pools (other models). "
-        "Fit times are wall-clock on 2 shared CPU cores with one thread per "
-        "process, so they overstate an idle machine's.",
+        f"Fit times are wall-clock on 2 CPU cores, {_threads(rows)}.",
     ]
     for pool in pools:
         mine = [row for row in rows if row["pool"] == pool]
@@ -334,6 +344,7 @@ def main():
         for pool in pools:
             row = measure(pool, seed, overrides, arguments.cache)
             row.update(
+                threads=torch.get_num_threads(),
                 commit=code,
                 date=time.strftime("%Y-%m-%d"),
                 arguments=" ".join(sys.argv[1:]),
