@@ -61,11 +61,13 @@ _VALIDATION_DRAWS = 2
 # Pools of fewer models than this are small: the "auto" settings validate every
 # model on held-out queries instead of holding out models (a tenth of a small
 # pool is one to nine models, whose loss ranks epochs by which models they are),
-# and train up to _SMALL_POOL_EPOCHS epochs of _SMALL_POOL_EPOCH_SIZE draws, half
-# the draws of the large-pool schedule in more, shorter epochs (docs/small-pools.md).
+# and train up to _SMALL_POOL_EPOCHS epochs of one draw per _EVALUATIONS_PER_DRAW
+# of the pool's evaluations, within _SMALL_POOL_EPOCH_SIZE (docs/small-pools.md):
+# a pool with many evaluations per model keeps learning for longer.
 _SMALL_POOL = 100
 _SMALL_POOL_EPOCHS = 20
-_SMALL_POOL_EPOCH_SIZE = 1024
+_SMALL_POOL_EPOCH_SIZE = (1024, 4096)
+_EVALUATIONS_PER_DRAW = 16
 _LARGE_POOL_EPOCHS = 10
 _LARGE_POOL_EPOCH_SIZE = 4096
 # Training models whose embeddings set embedding_scale_ (at most; chosen at random).
@@ -228,14 +230,14 @@ class LocusEmbedder(
         Least number of model draws in an epoch: every training model is drawn
         once, or several times when the pool is smaller than this (each draw takes
         a fresh subset, so a small pool still gets that many distinct examples).
-        ``"auto"`` is 4,096 on pools of 100 models or more and 1,024 on smaller
-        ones. With ``max_epochs`` it sets how long a small pool trains: on 100
-        synthetic models, 12 epochs of 4,096 draws take about 4.5 minutes on 2 CPU
-        cores and separate families better than 12 epochs of 1,024 draws
-        (docs/geometry-synthetic.md); on 20 Open LLM models, 20 epochs of 1,024
-        draws validated on held-out queries take under 3 minutes and predict new
-        queries better than the 10 epochs of 4,096 that took 8 to 20
-        (docs/small-pools.md). A pool of more than 4,096 training models is drawn
+        ``"auto"`` is 4,096 on pools of 100 models or more; on smaller ones, one
+        draw per 16 of the pool's evaluations, from 1,024 to 4,096 (so 20 Open LLM
+        models evaluated on 806 queries each get 1,024, the 9 LLMRouter models on
+        5,608 each 3,154). With ``max_epochs`` it sets how long a small pool
+        trains: on 100 synthetic models, 12 epochs of 4,096 draws take about 4.5
+        minutes on 2 CPU cores and separate families better than 12 epochs of
+        1,024 draws (docs/geometry-synthetic.md); small pools are measured in
+        docs/small-pools.md. A pool of more than 4,096 training models is drawn
         once per epoch whatever this is.
     batch_size : int, default=32
         Models per training step.
@@ -536,7 +538,7 @@ class LocusEmbedder(
         with torch.random.fork_rng(devices=self._rng_devices()):
             torch.manual_seed(seed)
             self.net_ = self._build_net(ragged, vectors, seed)
-            draws = draws_per_model(ragged.n_sets, self._schedule(ragged.n_sets)[2])
+            draws = draws_per_model(ragged.n_sets, self._schedule(ragged)[2])
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
             if previous is None:
                 self.net_.fit(models, y=None)
@@ -603,7 +605,7 @@ class LocusEmbedder(
             ("non_finite_loss", StopOnNonFiniteLoss()),
         ]
         train_split = None
-        fraction, max_epochs, epoch_size = self._schedule(ragged.n_sets)
+        fraction, max_epochs, epoch_size = self._schedule(ragged)
         if fraction is not None:
             train_split = ModelSplit(
                 fraction,
@@ -655,12 +657,13 @@ class LocusEmbedder(
             verbose=self.verbose,
         )
 
-    def _schedule(self, n_sets):
-        """Resolve "auto" by the pool's size.
+    def _schedule(self, ragged):
+        """Resolve "auto" by the pool's size (models and evaluations).
 
         Returns this fit's ``(validation_fraction, max_epochs, epoch_size)``; a
         fraction of 0 holds out no model, None means no validation.
         """
+        n_sets = ragged.n_sets
         small = n_sets < _SMALL_POOL
         fraction, max_epochs, epoch_size = (
             self.validation_fraction,
@@ -673,8 +676,12 @@ class LocusEmbedder(
             fraction = None
         if max_epochs == "auto":
             max_epochs = _SMALL_POOL_EPOCHS if small else _LARGE_POOL_EPOCHS
-        if epoch_size == "auto":
-            epoch_size = _SMALL_POOL_EPOCH_SIZE if small else _LARGE_POOL_EPOCH_SIZE
+        if epoch_size == "auto" and small:
+            low, high = _SMALL_POOL_EPOCH_SIZE
+            draws = int(ragged.sizes.sum()) // _EVALUATIONS_PER_DRAW
+            epoch_size = min(max(draws, low), high)
+        elif epoch_size == "auto":
+            epoch_size = _LARGE_POOL_EPOCH_SIZE
         return fraction, max_epochs, epoch_size
 
     def __setstate__(self, state):

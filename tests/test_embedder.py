@@ -754,15 +754,20 @@ def test_a_validation_fraction_that_leaves_no_training_model_is_refused(data):
 
 
 class _CountValidationItems(Callback):
-    """Count the (model, draw) items of the first epoch's validation batches."""
+    """Count the (model, draw) items of the first epoch's batches."""
 
     def initialize(self):
         self.items = 0
+        self.training_items = 0
         return self
 
     def on_batch_begin(self, net, batch=None, training=None, **kwargs):
-        if not training and len(net.history) == 1:
-            self.items += len(batch[0]["encoder_codes"])
+        if len(net.history) == 1:
+            n = len(batch[0]["encoder_codes"])
+            if training:
+                self.training_items += n
+            else:
+                self.items += n
 
 
 @pytest.mark.parametrize(
@@ -783,6 +788,42 @@ def test_small_pools_validate_every_model_on_held_out_queries(data, settings, it
     embedder.fit(data.evaluation_sets)
     assert dict(embedder.net_.callbacks_)["count"].items == items
     assert np.isfinite(embedder.history_[-1]["valid_loss"])
+
+
+@pytest.mark.parametrize(
+    "n_models, evaluations, epochs, draws",
+    [
+        # 48 models with 40-150 evaluations: fewer than 16 x 1,024 evaluations.
+        (48, None, 20, 1024),
+        # 20 models with 1,200 evaluations each: one draw per 16 evaluations.
+        (20, 1200, 20, 20 * 1200 // 16),
+        # 100 models: a large pool, 10 epochs of 4,096 draws.
+        (100, None, 10, 4096),
+    ],
+)
+def test_auto_schedule_follows_the_pool(n_models, evaluations, epochs, draws):
+    sizes = (40, 150) if evaluations is None else (evaluations, evaluations)
+    pool = make_evaluations(
+        n_models=n_models,
+        n_queries=max(300, sizes[1]),
+        evals_per_model=sizes,
+        query_dim=16,
+        random_state=0,
+    )
+    count = _CountValidationItems()
+
+    class StopAfterOneEpoch(Callback):
+        def on_epoch_end(self, net, **kwargs):
+            raise KeyboardInterrupt  # skorch ends training and keeps the net
+
+    params = {**TINY, "max_epochs": "auto", "epoch_size": "auto"}
+    params["callbacks"] = [("count", count), ("stop", StopAfterOneEpoch())]
+    embedder = LocusEmbedder(query_encoder=pool.encoder, **params)
+    embedder.fit(pool.evaluation_sets)
+    assert embedder.net_.max_epochs == epochs
+    trained = dict(embedder.net_.callbacks_)["count"].training_items
+    n_train = n_models if n_models < 100 else n_models - 10
+    assert trained == n_train * -(-draws // n_train)
 
 
 def test_validating_on_held_out_queries_needs_some(data):
