@@ -753,7 +753,7 @@ def test_a_validation_fraction_that_leaves_no_training_model_is_refused(data):
         embedder.fit(data.evaluation_sets[:8])
 
 
-class _CountValidationItems(Callback):
+class _CountItems(Callback):
     """Count the (model, draw) items of the first epoch's batches."""
 
     def initialize(self):
@@ -783,7 +783,7 @@ class _CountValidationItems(Callback):
 )
 def test_small_pools_validate_every_model_on_held_out_queries(data, settings, items):
     params = {**TINY, "max_epochs": 1, **settings}
-    params["callbacks"] = [("count", _CountValidationItems())]
+    params["callbacks"] = [("count", _CountItems())]
     embedder = LocusEmbedder(query_encoder=data.encoder, **params)
     embedder.fit(data.evaluation_sets)
     assert dict(embedder.net_.callbacks_)["count"].items == items
@@ -810,20 +810,19 @@ def test_auto_schedule_follows_the_pool(n_models, evaluations, epochs, draws):
         query_dim=16,
         random_state=0,
     )
-    count = _CountValidationItems()
-
-    class StopAfterOneEpoch(Callback):
-        def on_epoch_end(self, net, **kwargs):
-            raise KeyboardInterrupt  # skorch ends training and keeps the net
-
-    params = {**TINY, "max_epochs": "auto", "epoch_size": "auto"}
-    params["callbacks"] = [("count", count), ("stop", StopAfterOneEpoch())]
-    embedder = LocusEmbedder(query_encoder=pool.encoder, **params)
-    embedder.fit(pool.evaluation_sets)
-    assert embedder.net_.max_epochs == epochs
-    trained = dict(embedder.net_.callbacks_)["count"].training_items
+    sets = pool.evaluation_sets
+    count = _CountItems()
+    params = {**TINY, "max_epochs": 1, "epoch_size": "auto"}
+    embedder = LocusEmbedder(
+        query_encoder=pool.encoder, **params, callbacks=[("count", count)]
+    ).fit(sets)
     n_train = n_models if n_models < 100 else n_models - 10
+    trained = dict(embedder.net_.callbacks_)["count"].training_items
     assert trained == n_train * -(-draws // n_train)
+    # With no validation nothing stops training before max_epochs.
+    params = {**TINY, "max_epochs": "auto", "validation_fraction": None}
+    embedder = LocusEmbedder(query_encoder=pool.encoder, **params).fit(sets)
+    assert len(embedder.history_) == epochs
 
 
 def test_validating_on_held_out_queries_needs_some(data):
