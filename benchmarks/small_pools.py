@@ -241,8 +241,8 @@ def _threads(rows):
     return f"{' or '.join(map(str, threads))} thread(s) per process"
 
 
-def report(rows):
-    """docs/small-pools.md from the JSON lines of one or more runs."""
+def report(rows, sources):
+    """docs/small-pools.md from the JSON lines of one or more runs (``sources``)."""
     pools = list(dict.fromkeys(row["pool"] for row in rows))
     methods = list(rows[0]["correctness"])
     commits = sorted({row["commit"] for row in rows})
@@ -250,7 +250,8 @@ def report(rows):
     lines = [
         "# Small pools: LOCUS fitted on the pool itself",
         "",
-        f"Written by `python benchmarks/small_pools.py --report` from runs of "
+        f"Written by `python benchmarks/small_pools.py --report "
+        f"{' '.join(map(str, sources))}` from runs of "
         f"`python benchmarks/small_pools.py {_command(rows[0]['arguments'])}` (one "
         "per group "
         f"of seeds) at commit(s) {', '.join(commits)} on {', '.join(dates)}. "
@@ -331,7 +332,7 @@ def main():
             for line in path.read_text().splitlines()
             if line.strip()
         ]
-        Path("docs/small-pools.md").write_text(report(rows))
+        Path("docs/small-pools.md").write_text(report(rows, arguments.report))
         return
     overrides = parse_overrides(arguments.set)
     code = commit()
@@ -347,7 +348,7 @@ def main():
                 threads=torch.get_num_threads(),
                 commit=code,
                 date=time.strftime("%Y-%m-%d"),
-                arguments=" ".join(sys.argv[1:]),
+                arguments=_command(" ".join(sys.argv[1:])),
             )
             print(json.dumps(row), flush=True)
             if arguments.out:
