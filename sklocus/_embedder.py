@@ -537,8 +537,9 @@ class LocusEmbedder(
         )
         with torch.random.fork_rng(devices=self._rng_devices()):
             torch.manual_seed(seed)
-            self.net_ = self._build_net(ragged, vectors, seed)
-            draws = draws_per_model(ragged.n_sets, self._schedule(ragged)[2])
+            schedule = self._schedule(ragged)
+            self.net_ = self._build_net(ragged, vectors, seed, schedule)
+            draws = draws_per_model(ragged.n_sets, schedule[2])
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
             if previous is None:
                 self.net_.fit(models, y=None)
@@ -599,13 +600,13 @@ class LocusEmbedder(
     def _rng_devices(self):
         return [torch.device(self.device_)] if self.device_.startswith("cuda") else []
 
-    def _build_net(self, ragged, vectors, seed):
+    def _build_net(self, ragged, vectors, seed, schedule):
         callbacks = [
             ("query_noise", QueryNoiseSchedule(*self.query_noise)),
             ("non_finite_loss", StopOnNonFiniteLoss()),
         ]
         train_split = None
-        fraction, max_epochs, epoch_size = self._schedule(ragged)
+        fraction, max_epochs, epoch_size = schedule
         if fraction is not None:
             train_split = ModelSplit(
                 fraction,

@@ -223,20 +223,17 @@ class ModelSplit:
     def __call__(self, dataset, y=None, **fit_params):
         """Split a :class:`ModelSetDataset` into training and validation models."""
         if self.fraction == 0:
-            models = dataset.models
-            training = ModelSetDataset(
-                models, draws_per_model(len(models), self.epoch_size)
-            )
-            return training, ModelSetDataset(models, draws=self.draws)
-        models = np.random.default_rng(self.seed).permutation(dataset.models)
-        n_valid = max(1, int(round(self.fraction * len(models))))
-        if n_valid >= len(models):
-            raise ValueError(
-                f"validation_fraction={self.fraction} holds out {n_valid} of the "
-                f"{len(models)} training models, leaving none to train on; lower it "
-                "or set validation_fraction=None"
-            )
-        valid, train = np.sort(models[:n_valid]), np.sort(models[n_valid:])
+            valid = train = dataset.models
+        else:
+            models = np.random.default_rng(self.seed).permutation(dataset.models)
+            n_valid = max(1, int(round(self.fraction * len(models))))
+            if n_valid >= len(models):
+                raise ValueError(
+                    f"validation_fraction={self.fraction} holds out {n_valid} of "
+                    f"the {len(models)} training models, leaving none to train on; "
+                    "lower it or set validation_fraction=None"
+                )
+            valid, train = np.sort(models[:n_valid]), np.sort(models[n_valid:])
         training = ModelSetDataset(train, draws_per_model(len(train), self.epoch_size))
         return training, ModelSetDataset(valid, draws=self.draws)
 
