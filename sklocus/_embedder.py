@@ -26,10 +26,10 @@ from sklocus._device import resolve_device
 from sklocus._progress import on_terminal
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
-from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets
+from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets, reusable
 from sklocus.metrics import correctness_log_likelihood
 from sklocus.nn.batching import pad, padded_width, size_buckets
-from sklocus.nn.network import LocusNetwork
+from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
 from sklocus.nn.refinement import refine_embeddings
 from sklocus.nn.training import (
     MaskedBCEWithLogitsLoss,
@@ -40,6 +40,7 @@ from sklocus.nn.training import (
     SetCollator,
     StopOnNonFiniteLoss,
     draws_per_model,
+    interrupts_noticed,
 )
 
 # Inference batches: at most _MAX_SETS sets, and at most as many (set x evaluation)
@@ -120,6 +121,11 @@ def _check_refinement(steps, penalty):
         raise ValueError(f"refine_steps={steps!r}; expected an integer >= 0")
     if not (isinstance(penalty, numbers.Real) and penalty > 0):
         raise ValueError(f"refine_penalty={penalty!r}; expected a number > 0")
+
+
+def _size_interval(name, low):
+    """Return the values a size argument of the network may take (SIZE_LIMITS)."""
+    return Interval(numbers.Integral, low, SIZE_LIMITS[name], closed="both")
 
 
 def _size_range(value):
@@ -361,12 +367,12 @@ class LocusEmbedder(
 
     _parameter_constraints = {
         "query_encoder": [str, HasMethods(["transform"])],
-        "embedding_dim": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_latents": [Interval(numbers.Integral, 1, None, closed="left")],
-        "n_layers": [Interval(numbers.Integral, 0, None, closed="left")],
-        "n_heads": [Interval(numbers.Integral, 1, None, closed="left")],
-        "prior_tokens": [Interval(numbers.Integral, 0, None, closed="left")],
-        "predictor_hidden": [Interval(numbers.Integral, 1, None, closed="left")],
+        "embedding_dim": [_size_interval("embedding_dim", 1)],
+        "n_latents": [_size_interval("n_latents", 1)],
+        "n_layers": [_size_interval("n_layers", 0)],
+        "n_heads": [_size_interval("n_heads", 1)],
+        "prior_tokens": [_size_interval("prior_tokens", 0)],
+        "predictor_hidden": [_size_interval("predictor_hidden", 1)],
         "encoder_sizes": [tuple],
         "decoder_size": [Interval(numbers.Integral, 1, None, closed="left")],
         "max_epochs": [
@@ -535,20 +541,33 @@ class LocusEmbedder(
         self.query_centroids_, self.query_radius_ = _summarise_queries(
             vectors, seed, previous_queries
         )
-        with torch.random.fork_rng(devices=self._rng_devices()):
+        with (
+            torch.random.fork_rng(devices=self._rng_devices()),
+            interrupts_noticed() as interrupted,
+        ):
             torch.manual_seed(seed)
             schedule = self._schedule(ragged)
-            self.net_ = self._build_net(ragged, vectors, seed, schedule)
+            net = self._build_net(ragged, vectors, seed, schedule)
             draws = draws_per_model(ragged.n_sets, schedule[2])
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
             if previous is None:
-                self.net_.fit(models, y=None)
+                net.fit(models, y=None)
             else:
-                self.net_.initialize()
-                self.net_.module_.load_state_dict(previous.module_.state_dict())
+                net.initialize()
+                net.module_.load_state_dict(previous.module_.state_dict())
                 # partial_fit trains the network as it stands; fit would
                 # initialise it afresh.
-                self.net_.partial_fit(models, y=None)
+                net.partial_fit(models, y=None)
+        if interrupted:
+            # The user's Ctrl-C, which skorch took for a callback's stop. No partly
+            # trained network is kept: a fine-tuned embedder stays as it was, one
+            # trained afresh is left unfitted.
+            if previous is None:
+                vars(self).pop("net_", None)
+            else:
+                self.query_centroids_, self.query_radius_ = previous_queries
+            raise KeyboardInterrupt
+        self.net_ = net
         release_training_state(self.net_)
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
@@ -557,6 +576,23 @@ class LocusEmbedder(
             # Fine-tuning keeps the units of the first fit.
             self.embedding_scale_ = self._typical_distance(ragged, vectors, seed)
         return self
+
+    def fit_transform(self, X, y=None):
+        """Fit to the evaluation sets, then embed them.
+
+        Parameters
+        ----------
+        X : sequence of mappings
+            One mapping from query to score per model; a generator is read once.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        ndarray of shape (n_models, embedding_dim)
+        """
+        X = reusable(X)
+        return self.fit(X, y).transform(X)
 
     def _typical_distance(self, ragged, vectors, seed):
         """Median distance between the forward-pass embeddings of training models."""

@@ -20,10 +20,15 @@ from sklocus._groups import (
     fit_group_offsets,
     logits,
 )
-from sklocus._validation import as_item_list, shown
+from sklocus._validation import check_model_names, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
-from sklocus.evaluations import _first_bad_score, check_evaluation_sets, to_matrix
+from sklocus.evaluations import (
+    _first_bad_score,
+    check_evaluation_sets,
+    reusable,
+    to_matrix,
+)
 from sklocus.geometry import model_distances
 
 # predict and friends work through the queries in chunks of this many, so that
@@ -41,7 +46,7 @@ _TIE = 1e-6
 ADDED_PARAMETERS = {"refine_steps": None, "group_shrinkage": 3.0}
 
 
-def _check_cost(cost, names):
+def check_cost(cost, names):
     """Return ``cost`` as a float array, one finite non-negative value per model."""
     if cost is None:
         return None
@@ -72,6 +77,12 @@ def _score_table(Y, queries, classes=None):
     anything else is read row by row.
     """
     if isinstance(Y, pd.DataFrame):
+        if isinstance(Y.columns, pd.MultiIndex):
+            raise ValueError(
+                f"Y's columns have {Y.columns.nlevels} levels, {shown(Y.columns[0])} "
+                "first; a router names each model by one label. Join the levels, "
+                "e.g. Y.columns = ['/'.join(map(str, c)) for c in Y.columns]"
+            )
         if not Y.columns.is_unique:
             repeated = Y.columns[Y.columns.duplicated()][0]
             raise ValueError(
@@ -79,7 +90,8 @@ def _score_table(Y, queries, classes=None):
                 "model one column"
             )
         Y = _align_rows(Y, queries)
-        names = np.asarray(list(Y.columns), dtype=object)
+        names = np.empty(len(Y.columns), dtype=object)
+        names[:] = check_model_names(list(Y.columns), "Y's columns")
         try:
             scores = Y.to_numpy(dtype=np.float64, na_value=np.nan)
         except (TypeError, ValueError) as error:
@@ -317,7 +329,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 f"got {len(queries)} queries and {len(names)} models (columns of Y); "
                 "fitting a router needs at least one of each"
             )
-        cost = _check_cost(cost, names)
+        cost = check_cost(cost, names)
         observed = ~np.isnan(scores)
         empty = ~observed.any(axis=0)
         if empty.any():
@@ -664,7 +676,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self
         """
         check_is_fitted(self, "embeddings_")
-        names = as_item_list(names, "model names")
+        # Read twice (checked, then embedded): a generator would be spent.
+        evaluation_sets = reusable(evaluation_sets)
+        names = check_model_names(names)
         check_evaluation_sets(evaluation_sets, [str(name) for name in names])
         if self.classes_.dtype != object and not all(
             isinstance(name, numbers.Integral) for name in names
@@ -674,8 +688,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 "new models with integers"
             )
         known = set(self.classes_.tolist())
-        for i, name in enumerate(names):
-            if name in known or name in names[:i]:
+        for name in names:
+            if name in known:
                 raise ValueError(f"model {name!r} is already in the router")
         if (cost is None) != (self.cost_ is None):
             raise ValueError(
@@ -683,7 +697,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 if cost is None
                 else "the router was fitted without costs; leave cost out"
             )
-        cost = _check_cost(cost, names)
+        cost = check_cost(cost, names)
         if query_groups is not None and self.group_offsets_ is None:
             raise ValueError(
                 "the router was fitted without query_groups; leave query_groups out"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 
 
@@ -43,3 +45,56 @@ def as_item_list(values, what: str) -> list:
 def shown(value) -> str:
     """``repr`` of a value as a user would write it: ``'q1'``, not ``np.str_('q1')``."""
     return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def check_model_names(names, what: str = "model names") -> list:
+    """Return model names as a list, refusing names a user could not type back.
+
+    A name is a string or an integer (the column labels a router's ``Y`` may
+    have); a string may not be empty or hold control characters, line or
+    paragraph separators (a name with a newline cannot be addressed on a command
+    line or in a table). Names must be distinct.
+
+    Parameters
+    ----------
+    names : sequence
+        The names.
+    what : str
+        What they are, for messages.
+
+    Returns
+    -------
+    list
+    """
+    names = as_item_list(names, what)
+    seen = set()
+    for i, name in enumerate(names):
+        if isinstance(name, np.generic):
+            name = name.item()
+        if isinstance(name, bool) or not isinstance(name, str | int):
+            raise TypeError(
+                f"{what}[{i}] is {shown(name)}, a {type(name).__name__}; a model is "
+                "named by a string or an integer"
+            )
+        if isinstance(name, str) and not name.strip():
+            raise ValueError(f"{what}[{i}] is {name!r}; a model name may not be blank")
+        if isinstance(name, str) and has_control_character(name):
+            raise ValueError(
+                f"{what}[{i}] is {name!r}, which holds a control character; a model "
+                "name may hold only printable characters and spaces"
+            )
+        if name in seen:
+            raise ValueError(
+                f"{what} hold {name!r} twice; each model needs its own name"
+            )
+        seen.add(name)
+    return names
+
+
+def has_control_character(text: str) -> bool:
+    """Tell whether ``text`` holds a character that does not print as itself.
+
+    Those are controls (a newline, a tab), format and private-use characters,
+    and the line and paragraph separators.
+    """
+    return any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029" for c in text)

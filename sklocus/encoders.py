@@ -31,6 +31,7 @@ from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import on_terminal
 from sklocus._validation import as_item_list
 
+from sklocus._versioning import VersionStampMixin
 __all__ = [
     "PrecomputedEncoder",
     "assemble_mpnet",
@@ -99,7 +100,7 @@ def _quiet_loading():
             transformers_logging.enable_progress_bar()
 
 
-class _QueryEncoder(TransformerMixin, BaseEstimator):
+class _QueryEncoder(VersionStampMixin, TransformerMixin, BaseEstimator):
     """What query encoders share: 1-D input of queries, no fitting needed."""
 
     def __sklearn_tags__(self):
@@ -250,7 +251,7 @@ class SentenceEncoder(_QueryEncoder):
         return state
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_runtime", None)
         return state
 
@@ -393,7 +394,7 @@ class PrecomputedEncoder(_QueryEncoder):
         return self
 
     def __getstate__(self):
-        state = self.__dict__.copy()
+        state = super().__getstate__()
         state.pop("_lookup", None)
         return state
 

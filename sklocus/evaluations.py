@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -345,6 +345,17 @@ def _check_distinct_codes(codes, offsets, uniques, model_names):
             f"{where} has the missing query more than once (None and NaN keys are "
             "both read as one missing query); give each query once"
         )
+
+
+def reusable(evaluation_sets):
+    """Return the sets as given, or in a list when they are a one-shot iterator.
+
+    For callers that read the sets twice (check, then embed): a generator would
+    be spent by the first reading and look empty to the second.
+    """
+    if isinstance(evaluation_sets, Iterator):
+        return list(evaluation_sets)
+    return evaluation_sets
 
 
 def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluations:

@@ -1,6 +1,5 @@
 """sklocus.save / sklocus.load, and the version stamp of joblib pickles."""
 
-import json
 import pickle
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from model_file_edits import network, rewrite, set_module_param
 from safetensors import safe_open
 from safetensors import torch as safetensors_torch
 from safetensors.numpy import save_file
@@ -210,29 +210,6 @@ def test_a_saved_embedder_holds_only_what_inference_needs(fitted, tmp_path):
 # -- files that are refused -----------------------------------------------------------
 
 
-def _rewrite(path, edit, edit_arrays=None):
-    """Rewrite a model file with ``edit`` (and ``edit_arrays``), keeping a valid checksum."""
-    with safe_open(path, "np") as file:
-        arrays = {key: file.get_tensor(key) for key in file.keys()}
-        header = json.loads(file.metadata()["sklocus"])
-    edit(header)
-    if edit_arrays is not None:
-        edit_arrays(arrays)
-    header["sha256"] = sklocus._persistence._checksum(header["estimator"], arrays)
-    save_file(arrays, path, metadata={"sklocus": json.dumps(header)})
-
-
-def _network(header):
-    embedder = header["estimator"]["fitted"]["embedder_"]["estimator"]
-    return embedder["fitted"]["net_"]["network"]
-
-
-def _set_module_param(header, name, value):
-    for pair in _network(header)["module_params"]["dict"]:
-        if pair[0] == name:
-            pair[1] = value
-
-
 def _nested(depth):
     node = 0
     for _ in range(depth):
@@ -273,7 +250,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
     def smuggle(header):
         header["estimator"]["fitted"]["cost_"] = {"pickle": payload}
 
-    _rewrite(path, smuggle)
+    rewrite(path, smuggle)
     with pytest.raises(ModelFileError, match=r"cost_ holds 'pickle'"):
         sklocus.load(path)
     assert not marker.exists()
@@ -315,14 +292,14 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         (
             lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
-            r"formats up to 2\. Load it with a newer sklocus",
+            r"formats up to 3\. Load it with a newer sklocus",
         ),
         (
             lambda h: h["estimator"].update({"class": ["x"]}),
             r"names class \['x'\]",
         ),
         (
-            lambda h: _network(h).update({"device": "meta"}),
+            lambda h: network(h).update({"device": "meta"}),
             r"net_ is not a valid network description",
         ),
         (
@@ -330,7 +307,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"cost_weight holds a damaged 'device' value",
         ),
         (
-            lambda h: _set_module_param(h, "embedding_dim", 8000),
+            lambda h: set_module_param(h, "embedding_dim", 8000),
             r"net_.* of shape .*; its network has float32 of shape",
         ),
         (
@@ -396,7 +373,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
 def test_a_tampered_description_is_refused(fitted, tmp_path, edit, message):
     path = tmp_path / "router.sklocus"
     sklocus.save(fitted["router"], path)
-    _rewrite(path, edit)
+    rewrite(path, edit)
     with pytest.raises(ModelFileError, match=message):
         sklocus.load(path)
 
@@ -434,7 +411,7 @@ def test_tampered_arrays_are_refused(fitted, tmp_path, name, key, change, messag
         assert key in arrays, sorted(arrays)
         arrays[key] = change(arrays[key])
 
-    _rewrite(path, lambda h: None, edit_arrays)
+    rewrite(path, lambda h: None, edit_arrays)
     with pytest.raises(ModelFileError, match=message):
         sklocus.load(path)
 
@@ -456,7 +433,7 @@ def test_modified_weights_fail_the_checksum(fitted, tmp_path):
 def test_an_extra_array_is_refused(fitted, tmp_path):
     path = tmp_path / "selector.sklocus"
     sklocus.save(fitted["kcenter"], path)
-    _rewrite(path, lambda h: None, lambda arrays: arrays.update(hidden=np.zeros(3)))
+    rewrite(path, lambda h: None, lambda arrays: arrays.update(hidden=np.zeros(3)))
     with pytest.raises(
         ModelFileError, match=r"arrays its description does not use \(hidden\)"
     ):
@@ -591,6 +568,23 @@ def test_joblib_pickles_carry_the_version(fitted, tmp_path, monkeypatch):
         joblib.load(path)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda data: data.encoder,
+        lambda data: SentenceEncoder(cache_dir=None),
+    ],
+    ids=["PrecomputedEncoder", "SentenceEncoder"],
+)
+def test_encoder_pickles_carry_the_version(data, tmp_path, monkeypatch, make):
+    path = tmp_path / "encoder.joblib"
+    monkeypatch.setattr(sklocus._versioning, "__version__", "0.0.9")
+    joblib.dump(make(data), path)
+    monkeypatch.undo()
+    with pytest.warns(SklocusVersionWarning, match=r"pickled \w+Encoder .*0\.0\.9"):
+        joblib.load(path)
+
+
 def test_a_loaded_embedder_can_be_fine_tuned(fitted, data, tmp_path):
     sklocus.save(fitted["embedder"], tmp_path / "embedder")
     loaded = sklocus.load(tmp_path / "embedder")
@@ -614,7 +608,7 @@ def test_a_format_1_file_loads_in_the_network_units_it_had(fitted, data, tmp_pat
         embedder = header["estimator"]["fitted"]["embedder_"]["estimator"]
         del embedder["fitted"]["embedding_scale_"]
 
-    _rewrite(path, to_format_1)
+    rewrite(path, to_format_1)
     loaded = sklocus.load(path).embedder_
     original = fitted["router"].embedder_
     assert loaded.embedding_scale_ == 1.0 != original.embedding_scale_

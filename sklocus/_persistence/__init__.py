@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
+from sklocus._files import write_atomically
 from sklocus._persistence._reader import ModelFileError, Reader
 from sklocus._persistence._schema import CLASSES
 from sklocus._persistence._writer import Writer
@@ -41,10 +39,17 @@ __all__ = ["ModelFileError", "load", "save"]
 _FORMAT = "sklocus-estimator"
 # Bump when a file written now could not be read by an older sklocus.
 # 2: LocusEmbedder.embedding_scale_ (files of format 1 load with 1.0).
-_FORMAT_VERSION = 2
+# 3: an estimator reached twice is described once, then referred to ("same_as").
+_FORMAT_VERSION = 3
 _METADATA_KEY = "sklocus"
 # Deeper descriptions are refused before anything recurses into them.
 _MAX_DEPTH = 64
+# A safetensors header (the description and the arrays' table) larger than this
+# is refused before it is parsed, since parsing JSON takes many times its size in
+# memory. A router of 100,000 named models, or a table of 200,000 query ids,
+# needs a few megabytes.
+MAX_HEADER_BYTES = 16 << 20
+_HEADER_KEYS = {"format", "format_version", "sklocus_version", "sha256", "estimator"}
 
 
 def save(estimator, path):
@@ -90,20 +95,15 @@ def save(estimator, path):
         "estimator": description,
     }
     metadata = {_METADATA_KEY: json.dumps(header, allow_nan=False)}
-    # Written beside the target and renamed: a failure never leaves half a file,
-    # and readers never see one.
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
-    try:
-        # Python creates the file, so it gets the usual permissions (the umask's).
-        with open(temporary, "xb") as file:
-            file.write(safetensors_bytes(writer.arrays, metadata=metadata))
-            file.flush()
-            os.fsync(file.fileno())
-        if path.exists():
-            shutil.copymode(path, temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    # What load would refuse is not written (the arrays' own table takes the rest).
+    if len(metadata[_METADATA_KEY].encode()) > MAX_HEADER_BYTES - (1 << 20):
+        raise ValueError(
+            f"the description of this {type(estimator).__name__} takes "
+            f"{len(metadata[_METADATA_KEY]):,} characters; a model file's header "
+            f"holds at most {MAX_HEADER_BYTES:,} bytes"
+        )
+    content = safetensors_bytes(writer.arrays, metadata=metadata)
+    write_atomically(path, lambda temporary: temporary.write_bytes(content))
 
 
 def load(path):
@@ -146,6 +146,7 @@ def load(path):
         raise IsADirectoryError(f"{path} is a folder, not a model file")
     if not path.is_file():
         raise FileNotFoundError(f"no model file at {path}")
+    _check_header_size(path)
     try:
         with safe_open(path, framework="np") as file:
             header = _read_header(path, file.metadata() or {})
@@ -184,6 +185,19 @@ def load(path):
     return estimator
 
 
+def _check_header_size(path):
+    """Refuse a file whose safetensors header is too large to parse safely."""
+    with open(path, "rb") as file:
+        start = file.read(8)
+    size = int.from_bytes(start, "little") if len(start) == 8 else None
+    if size is not None and size > MAX_HEADER_BYTES:
+        raise ModelFileError(
+            f"{path} is not a sklocus model file (it declares a header of "
+            f"{size:,} bytes; a model file's header holds at most "
+            f"{MAX_HEADER_BYTES:,})"
+        )
+
+
 def _read_header(path, metadata):
     """Return the checked JSON header of a model file."""
     text = metadata.get(_METADATA_KEY)
@@ -192,9 +206,20 @@ def _read_header(path, metadata):
             f"{path} is a safetensors file but not a sklocus model file (its header "
             "has no sklocus description); sklocus.load reads files from sklocus.save"
         )
+    extra = sorted(set(metadata) - {_METADATA_KEY})
+    if extra:
+        raise ModelFileError(
+            f"{path} has metadata {extra[0]!r} beside its sklocus description; "
+            "sklocus.save writes none"
+        )
     try:
-        header = json.loads(text, parse_constant=_refuse_constant)
+        header = json.loads(
+            text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys
+        )
         _check_depth(header)
+        if not isinstance(header, dict) or header.keys() != _HEADER_KEYS:
+            shown = sorted(header) if isinstance(header, dict) else type(header)
+            raise ValueError(f"it holds {shown}; expected {sorted(_HEADER_KEYS)}")
         fmt, version = header["format"], header["format_version"]
         written = header["sklocus_version"]
         header["sha256"], header["estimator"]
@@ -223,6 +248,13 @@ def _read_header(path, metadata):
 
 def _refuse_constant(name):
     raise ValueError(f"{name} is not valid JSON; save writes none")
+
+
+def _unique_keys(pairs):
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        raise ValueError("a key is given twice; save writes each once")
+    return mapping
 
 
 def _check_depth(node):

@@ -25,7 +25,7 @@ from sklocus._persistence._schema import (
 )
 from sklocus._persistence._writer import known_classes
 from sklocus.encoders import PrecomputedEncoder
-from sklocus.nn.network import LocusNetwork
+from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
 
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
 _LABEL_WIDTH = re.compile(r"<U(\d+)")
@@ -59,6 +59,7 @@ class Reader:
         self.path = path
         self.arrays = arrays
         self.used = set()
+        self.built = {}  # where an estimator was described: the estimator
 
     def refuse(self, message):
         return ModelFileError(f"{self.path}: {message}")
@@ -105,21 +106,35 @@ class Reader:
 
     def attribute(self, node, name, where):
         """Read a parameter or fitted attribute: a value, or an estimator."""
-        if isinstance(node, dict) and node.keys() == {"estimator"}:
-            if name not in NESTED:
-                raise self.refuse(f"{where} holds an estimator, which it may not")
-            estimator = self.estimator(node["estimator"], where)
-            if not isinstance(estimator, NESTED[name]):
-                raise self.refuse(
-                    f"{where} is a {type(estimator).__name__}; expected "
-                    f"{describe(NESTED[name])}"
-                )
-            return estimator
+        if isinstance(node, dict) and node.keys() in ({"estimator"}, {"same_as"}):
+            return self.nested(node, name, where)
         if isinstance(node, dict) and node.keys() == {"network"}:
             if name != "net_":
                 raise self.refuse(f"{where} holds a network, which it may not")
             return self.network(node["network"], where)
         return self.value(node, where)
+
+    def nested(self, node, name, where):
+        """Read an estimator held by a parameter or attribute, or one read before."""
+        if name not in NESTED:
+            raise self.refuse(f"{where} holds an estimator, which it may not")
+        if "estimator" in node:
+            estimator = self.built[where] = self.estimator(node["estimator"], where)
+        else:
+            # Stored once where first reached (a router's frozen embedder is both
+            # its parameter and its fitted embedder_).
+            reference = node["same_as"]
+            estimator = (
+                self.built.get(reference) if isinstance(reference, str) else None
+            )
+            if estimator is None:
+                raise self.refuse(f"{where} refers to no estimator read before it")
+        if not isinstance(estimator, NESTED[name]):
+            raise self.refuse(
+                f"{where} is a {type(estimator).__name__}; expected "
+                f"{describe(NESTED[name])}"
+            )
+        return estimator
 
     def set_fitted(self, estimator, fitted, where):
         cls = type(estimator)
@@ -197,7 +212,12 @@ class Reader:
         if not isinstance(key, str) or key not in self.arrays:
             raise self.refuse(f"{where} refers to an array the file does not hold")
         self.used.add(key)
-        return self.arrays[key]
+        array = self.arrays[key]
+        # No fit stores a NaN or an infinity in an array; one would make every
+        # probability NaN and every route the first model's.
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            raise self.refuse(f"{where} holds NaN or infinite values")
+        return array
 
     def labels(self, items, dtype, where):
         values = self.value(items, where)
@@ -253,6 +273,9 @@ class Reader:
             and isinstance(history, History)
         ):
             raise self.refuse(f"{where} is not a valid network description")
+        problem = architecture_problem(module_params)
+        if problem:
+            raise self.refuse(f"{where} describes no LOCUS network: {problem}")
         state = {
             name: self.array(key, f"{where}.{name}") for name, key in weights.items()
         }
@@ -308,6 +331,24 @@ class Reader:
             stacklevel=5,
         )
         return fallback
+
+
+def architecture_problem(module_params):
+    """Say what in a network's sizes no fit can give (or None).
+
+    Checked before anything is built: a description of a few bytes could
+    otherwise declare millions of layers.
+    """
+    if "query_dim" not in module_params:
+        return "it gives no query_dim"
+    for name, value in module_params.items():
+        if name == "dropout":
+            if not 0 <= value < 1:
+                return f"dropout is {value!r}; expected a number in [0, 1)"
+        elif type(value) is not int or not 0 <= value <= SIZE_LIMITS[name]:
+            limit = SIZE_LIMITS[name]
+            return f"{name} is {value!r}; expected an integer from 0 to {limit}"
+    return None
 
 
 def _is_number(value):

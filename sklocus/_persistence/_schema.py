@@ -10,12 +10,13 @@ from skorch import NeuralNet
 
 from sklocus._embedder import LocusEmbedder
 from sklocus._router import ADDED_PARAMETERS as ROUTER_ADDED_PARAMETERS
-from sklocus._router import LocusRouter
+from sklocus._router import LocusRouter, check_cost
 from sklocus._selection import (
     CoverageGreedySelector,
     KCenterSelector,
     KMedoidsSelector,
 )
+from sklocus._validation import check_model_names
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 
 NONE = type(None)
@@ -128,9 +129,20 @@ def inconsistency(estimator):
             return f"its network reads {width}-d queries, not query_dim_"
         if estimator.query_centroids_.shape[1] != estimator.query_dim_:
             return "query_centroids_ do not have query_dim_ columns"
+        if not 0 < estimator.embedding_scale_ < np.inf:
+            return f"embedding_scale_ is {estimator.embedding_scale_}; a fit gives > 0"
+        if not 0 <= estimator.query_radius_ < np.inf:
+            return f"query_radius_ is {estimator.query_radius_}; a fit gives >= 0"
     elif isinstance(estimator, LocusRouter):
         if not hasattr(estimator.embedder_, "net_"):
             return "its embedder_ is not fitted"
+        if not len(estimator.classes_):
+            return "it routes to no model (classes_ is empty)"
+        try:
+            check_model_names(estimator.classes_, "classes_")
+            check_cost(estimator.cost_, estimator.classes_.tolist())
+        except (TypeError, ValueError) as error:
+            return str(error)
         rows = len(estimator.classes_)
         width = estimator.embedder_.net_.get_params()["module__embedding_dim"]
         if estimator.embeddings_.shape != (rows, width):
@@ -148,6 +160,9 @@ def inconsistency(estimator):
         estimator, KCenterSelector | KMedoidsSelector | CoverageGreedySelector
     ):
         chosen, labels = estimator.selected_indices_, estimator.labels_
+        for name in ("radius_", "inertia_", "coverage_", "total_cost_"):
+            if np.isnan(getattr(estimator, name, 0.0)):
+                return f"{name} is NaN"
         if estimator.cluster_centers_.shape != (len(chosen), estimator.n_features_in_):
             return "cluster_centers_ do not match selected_indices_"
         if len(chosen) and (chosen.min() < 0 or chosen.max() >= len(labels)):

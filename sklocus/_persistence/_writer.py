@@ -31,6 +31,9 @@ class Writer:
         self.arrays = {}
         self.names = {}  # id of an array already stored: its name
         self.kept = []  # the arrays named in self.names, alive so ids stay unique
+        # id of an estimator already described: where. A router holding its
+        # embedder frozen reaches the same one as a parameter and fitted.
+        self.described = {}
 
     def estimator(self, estimator, where):
         cls = type(estimator)
@@ -82,6 +85,10 @@ class Writer:
         if isinstance(value, NeuralNet):
             return self.network(value, where)
         if hasattr(value, "get_params"):
+            if id(value) in self.described:
+                return {"same_as": self.described[id(value)]}
+            self.described[id(value)] = where
+            self.kept.append(value)
             return {"estimator": self.estimator(value, where)}
         return self.value(value, where)
 

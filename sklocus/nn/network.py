@@ -8,6 +8,19 @@ from torch import nn
 from sklocus.nn.predictor import CorrectnessPredictor
 from sklocus.nn.set_encoder import SetEncoder
 
+# The largest value of each size argument of LocusNetwork: far beyond any useful
+# network, and small enough that a description's modules are quick to build, so
+# a model file cannot make loading build millions of them.
+SIZE_LIMITS = {
+    "query_dim": 1 << 16,
+    "embedding_dim": 1 << 14,
+    "n_latents": 1 << 14,
+    "n_layers": 64,
+    "n_heads": 256,
+    "predictor_hidden": 1 << 14,
+    "prior_tokens": 1 << 14,
+}
+
 
 class LocusNetwork(nn.Module):
     """Embed each model from its encoder subset, predict its decoder batch.

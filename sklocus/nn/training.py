@@ -8,6 +8,10 @@ describes; varying the subset size lets one encoder serve any number of evaluati
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+
 import numpy as np
 import torch
 from skorch.callbacks import Callback, PrintLog
@@ -290,3 +294,33 @@ class PlainPrintLog(PrintLog):
         """Format one value of the table, uncoloured."""
         value = super().format_row(row, key, color="")
         return value.replace(Ansi.ENDC.value, "") if isinstance(value, str) else value
+
+
+@contextlib.contextmanager
+def interrupts_noticed():
+    """Notice Ctrl-C while skorch trains, and yield a list that records it.
+
+    skorch ends training quietly on ``KeyboardInterrupt``, because its callbacks
+    (early stopping among them) raise it to stop; a user's Ctrl-C would then come
+    back as a partly trained model. While this is active, SIGINT appends to the
+    list before the usual handler raises, so the caller can tell a user's
+    interrupt from a callback's stop and raise it again. Outside the main thread,
+    where no signal arrives, it records nothing.
+    """
+    interrupted = []
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(
+        previous
+    ):
+        yield interrupted
+        return
+
+    def notice(signum, frame):
+        interrupted.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, notice)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
