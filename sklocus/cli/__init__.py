@@ -9,6 +9,7 @@ import warnings
 from sklocus._versioning import __version__
 from sklocus.cli import _demo, _geometry, _models, _report, _serve
 from sklocus.cli._common import Parser, UserError, one_line
+from sklocus.cli._tables import check_outputs
 
 __all__ = ["main"]
 
@@ -58,13 +59,16 @@ def main(argv=None):
     -------
     int
         0 on success; a user error exits with status 2 after one line on
-        standard error.
+        standard error, before any work when it is in an output's name; an
+        interruption (Ctrl-C) exits with status 130, every output left as it
+        was.
     """
     parser = build_parser()
     arguments = parser.parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _warn_in_one_line
         try:
+            check_outputs(arguments)
             return arguments.run(arguments)
         except BrokenPipeError:
             # The reader of standard output left (as `| head` does): stop

@@ -1,10 +1,15 @@
-"""What every subcommand shares: user errors, argument types and option groups."""
+"""What every subcommand shares.
+
+User errors, argument types, option groups, and the one way outputs are written.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 METRICS = ("euclidean", "cosine")
+CSV, PARQUET = (".csv", ".csv.gz"), (".parquet", ".pq")
 
 
 class UserError(Exception):
@@ -118,11 +123,34 @@ def add_vector_options(parser):
     return group
 
 
+def table_kind(path):
+    """Return ``"csv"`` or ``"parquet"`` by the suffix of ``path``, else None."""
+    name = Path(path).name.lower()
+    if name.endswith(CSV):
+        return "csv"
+    if name.endswith(PARQUET):
+        return "parquet"
+    return None
+
+
+def unknown_table(path):
+    """Return the message for a file that is neither CSV nor Parquet."""
+    return f"{path}: unknown file type; expected a .csv, .csv.gz, .parquet or .pq file"
+
+
+def table_file(text):
+    """Check, as an argparse type, that ``text`` names a CSV or Parquet file."""
+    if table_kind(text) is None:
+        raise argparse.ArgumentTypeError(unknown_table(text))
+    return text
+
+
 def add_output_option(parser, *, required, what):
     """``-o/--output``: a CSV or Parquet file, chosen by its suffix."""
     parser.add_argument(
         "-o",
         "--output",
+        type=table_file,
         required=required,
         metavar="FILE",
         help=f"where to write {what} (.csv or .parquet)"

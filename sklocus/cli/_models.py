@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,12 @@ import pyarrow.dataset as ds
 from sklearn.frozen import FrozenEstimator
 
 from sklocus._embedder import LocusEmbedder
+from sklocus._files import write_atomically
 from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
 from sklocus._streaming import embed_parquet
 from sklocus.cli._common import (
+    PARQUET,
     UserError,
     add_output_option,
     add_table_options,
@@ -26,11 +29,9 @@ from sklocus.cli._common import (
     one_line,
 )
 from sklocus.cli._tables import (
-    _PARQUET,
     MODEL,
     SIZE,
     Evaluations,
-    check_output,
     per_query,
     read_evaluations,
     read_queries,
@@ -68,7 +69,13 @@ def register(commands):
         "with sklocus.save, a model file that loads without running code.",
     )
     fit.add_argument("evals", metavar="EVALS", help="the evaluations to train on")
-    add_output_option(fit, required=True, what="the model file (.sklocus)")
+    fit.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="where to write the model file (.sklocus is a good suffix)",
+    )
     add_table_options(fit)
     encoding = add_vector_options(fit)
     encoding.add_argument(
@@ -211,7 +218,7 @@ def parse_settings(settings):
 def run_fit(arguments):
     """Train and save an embedder."""
     parameters = parse_settings(arguments.set)
-    output = check_output(arguments.output)
+    output = Path(arguments.output)
     evaluations = read_evaluations(arguments)
     encoder = read_query_vectors(arguments) or evaluations.encoder
     if encoder is None:
@@ -361,15 +368,14 @@ def run_embed_streaming(arguments):
     source = Path(arguments.evals)
     if not source.exists():
         raise UserError(f"{source}: no such file or folder")
-    if source.is_file() and not source.name.lower().endswith(_PARQUET):
+    if source.is_file() and not source.name.lower().endswith(PARQUET):
         raise UserError(
             f"{source}: --stream reads Parquet; expected a .parquet or .pq file or "
             "a folder of them"
         )
     output = arguments.output
-    if not output.lower().endswith(_PARQUET):
+    if not output.lower().endswith(PARQUET):
         raise UserError(f"{output}: --stream writes Parquet; expected a .parquet file")
-    output = check_output(output)
     try:
         names = ds.dataset(source, format="parquet", partitioning="hive").schema.names
     except (OSError, ValueError) as error:
@@ -383,17 +389,18 @@ def run_embed_streaming(arguments):
     require_columns(pd.DataFrame(columns=names), columns, source)
     embedder = load_embedder(arguments.model)
     teach_queries(embedder, arguments, Evaluations([], [], source))
+    embed = partial(
+        embed_parquet,
+        embedder,
+        source,
+        model=arguments.model_column,
+        query=arguments.query_column,
+        score=arguments.score_column,
+        duplicates=arguments.duplicates,
+        batch_models=arguments.batch_models,
+    )
     try:
-        n_models = embed_parquet(
-            embedder,
-            source,
-            output,
-            model=arguments.model_column,
-            query=arguments.query_column,
-            score=arguments.score_column,
-            duplicates=arguments.duplicates,
-            batch_models=arguments.batch_models,
-        )
+        n_models = write_atomically(output, embed)
     except (KeyError, ValueError, TypeError, OSError) as error:
         raise UserError(f"{source}: {one_line(error)}") from None
     say(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from sklocus._files import write_atomically
 from sklocus.cli._common import (
     UserError,
     add_table_options,
@@ -10,7 +13,6 @@ from sklocus.cli._common import (
 )
 from sklocus.cli._models import load_embedder, say, teach_queries
 from sklocus.cli._tables import (
-    check_output,
     per_model,
     per_query,
     read_evaluations,
@@ -81,7 +83,7 @@ def run_report(arguments):
     """Write the model map."""
     from sklocus.report import write_map
 
-    output = check_output(arguments.output)
+    output = Path(arguments.output)
     if arguments.colour != "cluster" and arguments.colour not in (
         arguments.metadata_column
     ):
@@ -115,18 +117,21 @@ def run_report(arguments):
     test_queries = None
     if arguments.test_queries is not None:
         test_queries = [line.strip() for line in read_lines(arguments.test_queries)]
-    write_map(
+    write_atomically(
         output,
-        embedder,
-        evaluations.model_names,
-        evaluations.sets,
-        query_groups=groups,
-        metadata=metadata,
-        colour=arguments.colour,
-        test_queries=test_queries,
-        cost=arguments.cost_column,
-        n_clusters=arguments.n_clusters,
-        title=arguments.title,
+        lambda temporary: write_map(
+            temporary,
+            embedder,
+            evaluations.model_names,
+            evaluations.sets,
+            query_groups=groups,
+            metadata=metadata,
+            colour=arguments.colour,
+            test_queries=test_queries,
+            cost=arguments.cost_column,
+            n_clusters=arguments.n_clusters,
+            title=arguments.title,
+        ),
     )
     say(
         f"Wrote the map of {len(evaluations.sets)} models to {output} "

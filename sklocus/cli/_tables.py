@@ -9,23 +9,42 @@ query id ``7`` in a CSV file and ``"7"`` in a list of ids are the same query.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from sklocus.cli._common import UserError, one_line
+from sklocus._files import write_atomically
+from sklocus._validation import has_control_character
+from sklocus.cli._common import (
+    UserError,
+    one_line,
+    table_kind,
+    unknown_table,
+)
 from sklocus.datasets import load_evaluations
 from sklocus.encoders import PrecomputedEncoder
 from sklocus.evaluations import from_long
 
-_CSV = (".csv", ".csv.gz")
-_PARQUET = (".parquet", ".pq")
-
 # Columns of an embedding table besides the vector's z0, z1, ...
 MODEL, SIZE = "model", "n_evaluations"
+
+# The arguments that name files a command reads, and those it writes, with how
+# the usage names them.
+INPUTS = {
+    "model": "MODEL",
+    "evals": "EVALS",
+    "queries": "QUERIES",
+    "embeddings": "EMBEDDINGS",
+    "query_vectors": "--query-vectors",
+    "query_ids": "--query-ids",
+    "test_queries": "--test-queries",
+}
+OUTPUTS = {"output": "-o/--output", "router_file": "--router-file"}
 
 
 @dataclass
@@ -45,14 +64,10 @@ class Evaluations:
 
 
 def _kind(path):
-    name = path.name.lower()
-    if name.endswith(_CSV):
-        return "csv"
-    if name.endswith(_PARQUET):
-        return "parquet"
-    raise UserError(
-        f"{path}: unknown file type; expected a .csv, .csv.gz, .parquet or .pq file"
-    )
+    kind = table_kind(path)
+    if kind is None:
+        raise UserError(unknown_table(path))
+    return kind
 
 
 def _existing(path, what):
@@ -63,19 +78,64 @@ def _existing(path, what):
 
 
 def read_lines(path):
-    """Return the non-blank lines of a text file: one query (or id) per line."""
+    """Return the non-blank lines of a text file: one query (or id) per line.
+
+    A byte-order mark is dropped (it is not part of the first line); lines end
+    at newlines only (LF or CR LF), so any other character stays in its query.
+    """
     path = _existing(path, "file")
-    return [
-        line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    text = path.read_text(encoding="utf-8-sig")
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    return [line for line in lines if line.strip()]
 
 
-def check_output(path):
-    """Fail now, before any work, when the folder of an output file is missing."""
+def check_names(values, column, path):
+    """Fail on the first model name of a column that holds a control character."""
+    for row, name in enumerate(values):
+        if isinstance(name, str) and has_control_character(name):
+            raise UserError(
+                f"{path}: row {row} has model {name!r} in column {column!r}; model "
+                "names must not hold control characters such as newlines"
+            )
+
+
+def check_output(path, option=None):
+    """Fail now, before any work, when the file ``path`` cannot be written."""
     path = Path(path)
+    where = f"argument {option}: " if option else ""
+    if path.is_dir():
+        raise UserError(f"{where}{path} is a folder; expected a file")
     if not path.parent.is_dir():
-        raise UserError(f"{path}: the folder {path.parent} does not exist")
+        raise UserError(f"{where}{path}: the folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"{where}{path}: cannot write in the folder {path.parent}")
     return path
+
+
+def check_outputs(arguments):
+    """Fail before any work when an output cannot be written or is an input.
+
+    An input is the same file however it is spelled: through a link, or a
+    detour through another folder.
+    """
+    for name, option in OUTPUTS.items():
+        output = getattr(arguments, name, None)
+        if output is None:
+            continue
+        check_output(output, option)
+        if not Path(output).exists():
+            continue
+        for argument, role in INPUTS.items():
+            given = getattr(arguments, argument, None)
+            if (
+                given is not None
+                and Path(given).exists()
+                and os.path.samefile(given, output)
+            ):
+                raise UserError(
+                    f"argument {option}: {output} is the same file as {role} "
+                    f"{given}; expected an output that is not one of the inputs"
+                )
 
 
 def read_table(path, *, text_columns=()):
@@ -116,13 +176,14 @@ def write_table(frame, path):
     if path is None:
         frame.to_csv(sys.stdout, index=False)
         return None
-    path = check_output(path)
-    kind = _kind(path)
-    if kind == "csv":
-        frame.to_csv(path, index=False)
+    if _kind(Path(path)) == "csv":
+        # Said, not guessed from the suffix: the temporary's is .partial.
+        compression = "gzip" if str(path).lower().endswith(".gz") else None
+        write = partial(frame.to_csv, index=False, compression=compression)
     else:
-        frame.to_parquet(path, index=False)
-    return path
+        write = partial(frame.to_parquet, index=False)
+    write_atomically(path, write)
+    return Path(path)
 
 
 def per_model_mean(frame, model_column, column, path):
@@ -151,6 +212,7 @@ def read_evaluations(arguments, *, cost_column=None):
     if arguments.text_column is not None:
         columns["--text-column"] = arguments.text_column
     require_columns(frame, columns, path)
+    check_names(frame[model], model, path)
     try:
         sets, names = from_long(
             frame,
@@ -185,6 +247,7 @@ def _read_folder(path, arguments, cost_column):
     except (KeyError, ValueError, OSError) as error:
         raise UserError(one_line(error)) from None
     names = [str(name) for name in data.model_names]
+    check_names(names, "model", path)
     sets = [
         {str(query): score for query, score in evaluations.items()}
         for evaluations in data.evaluation_sets
@@ -281,6 +344,7 @@ def read_embeddings(path):
     names = frame[MODEL]
     if names.isna().any():
         raise UserError(f"{path}: row {int(np.argmax(names.isna()))} has no model")
+    check_names(names, MODEL, path)
     if not names.is_unique:
         raise UserError(f"{path}: model {names[names.duplicated()].iloc[0]!r} repeats")
     try:

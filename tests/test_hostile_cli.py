@@ -1,0 +1,355 @@
+"""The sklocus command against hostile input and interruptions.
+
+Outputs that are inputs, outputs that cannot be written, Ctrl-C in the middle of
+a training or a write, temporaries left by a kill, byte-order marks and control
+characters in names. Every command runs in this process, through ``main``.
+"""
+
+import os
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sklocus.cli._models
+import sklocus.cli._tables
+import sklocus.report
+from sklocus import LocusEmbedder
+from sklocus.cli import main
+from sklocus.datasets import make_evaluations
+
+TINY = ["--set", "embedding_dim=8", "--set", "n_latents=2", "--set", "max_epochs=1"]
+TINY += ["--set", "epoch_size=32", "--random-state", "0", "--quiet"]
+VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
+
+
+def main_in(folder, argv):
+    """Run main in ``folder``; return its status."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        return main([str(a) for a in argv])
+    except SystemExit as stop:
+        return stop.code
+    finally:
+        os.chdir(before)
+
+
+def run(*argv, cwd, capsys):
+    """Run main in ``cwd``; return the status and what it printed."""
+    status = main_in(cwd, argv)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, status, captured.out, captured.err)
+
+
+def one_line_error(*argv, cwd, capsys):
+    """Run main; return its one line of error after checking its status is 2."""
+    result = run(*argv, cwd=cwd, capsys=capsys)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def contents(folder):
+    """Every file under ``folder`` with its bytes, hidden ones included."""
+    return {
+        path.relative_to(folder): path.read_bytes()
+        for path in folder.rglob("*")
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """Evaluations, query vectors, a trained model file and an embedding table."""
+    folder = tmp_path_factory.mktemp("hostile")
+    data = make_evaluations(n_models=8, n_queries=40, query_dim=8, random_state=0)
+    rows = [
+        (name, query, score)
+        for name, evaluations in zip(data.model_names, data.evaluation_sets)
+        for query, score in evaluations.items()
+    ]
+    table = pd.DataFrame(rows, columns=["model", "query", "score"])
+    table.to_csv(folder / "evals.csv", index=False)
+    table.to_parquet(folder / "evals.parquet")
+    np.save(folder / "vectors.npy", data.query_vectors)
+    (folder / "ids.txt").write_text("\n".join(data.query_ids) + "\n")
+    (folder / "queries.txt").write_text("\n".join(data.query_ids[:3]) + "\n")
+    fit = ["fit", "evals.csv", "-o", "model.sklocus", *VECTORS, *TINY]
+    assert main_in(folder, fit) == 0
+    assert (
+        main_in(folder, ["embed", "model.sklocus", "evals.csv", "-o", "emb.csv"]) == 0
+    )
+    return folder, data
+
+
+@pytest.fixture
+def workspace(source, tmp_path):
+    """A fresh copy of the source files, which a test may damage."""
+    folder, data = source
+    for name, raw in contents(folder).items():
+        (tmp_path / name).write_bytes(raw)
+    return tmp_path, data
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a command reads its inputs or trains."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the command started work before checking its outputs")
+
+    monkeypatch.setattr(sklocus.cli._tables, "_existing", refuse)
+    monkeypatch.setattr(sklocus.cli._models, "load", refuse)
+    monkeypatch.setattr(LocusEmbedder, "fit", refuse)
+
+
+# -- 11: an output that is an input is refused, naming both --------------------
+
+
+@pytest.mark.parametrize(
+    "argv, output, role",
+    [
+        (["fit", "evals.csv", "-o", "evals.csv", *VECTORS], "evals.csv", "EVALS"),
+        (["fit", "evals.csv", "-o", "ids.txt", *VECTORS], "ids.txt", "--query-ids"),
+        (["fit", "evals.csv", "-o", "link.csv", *VECTORS], "link.csv", "EVALS"),
+        (
+            ["embed", "model.sklocus", "evals.csv", "-o", "evals.csv"],
+            "evals.csv",
+            "EVALS",
+        ),
+        (
+            ["route", "model.sklocus", "evals.csv", "queries.txt", "-o", "link.csv"],
+            "link.csv",
+            "EVALS",
+        ),
+        (
+            ["neighbors", "emb.csv", "-o", "sub/../emb.csv"],
+            "sub/../emb.csv",
+            "EMBEDDINGS",
+        ),
+        (
+            ["clusters", "emb_link.csv", "--n-clusters", "2", "-o", "emb.csv"],
+            "emb.csv",
+            "EMBEDDINGS",
+        ),
+        (
+            ["report", "model.sklocus", "evals.csv", "-o", "model.sklocus"],
+            "model.sklocus",
+            "MODEL",
+        ),
+        (
+            ["serve", "model.sklocus", "evals.csv", "--router-file", "evals.csv"],
+            "evals.csv",
+            "EVALS",
+        ),
+    ],
+)
+def test_an_output_that_is_an_input_is_refused_before_any_work(
+    workspace, no_work, argv, output, role, capsys
+):
+    folder, _ = workspace
+    # Other spellings of an input: links to it, a detour through a folder.
+    (folder / "link.csv").symlink_to(folder / "evals.csv")
+    (folder / "emb_link.csv").symlink_to(folder / "emb.csv")
+    (folder / "sub").mkdir()
+    before = contents(folder)
+    line = one_line_error(*argv, cwd=folder, capsys=capsys)
+    assert f"{output} is the same file as {role}" in line, line
+    assert "expected an output that is not one of the inputs" in line
+    assert contents(folder) == before
+
+
+# -- 12: outputs are replaced whole, or not at all -------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, output, writer, position",
+    [
+        (
+            ["clusters", "emb.csv", "--n-clusters", "2", "-o", "out.csv"],
+            "out.csv",
+            (pd.DataFrame, "to_csv"),
+            1,
+        ),
+        (
+            ["embed", "model.sklocus", "evals.csv", "-o", "out.parquet"],
+            "out.parquet",
+            (pd.DataFrame, "to_parquet"),
+            1,
+        ),
+        (
+            ["embed", "model.sklocus", "evals.parquet", "-o", "out.parquet"]
+            + ["--stream"],
+            "out.parquet",
+            (sklocus.cli._models, "embed_parquet"),
+            2,
+        ),
+        (
+            ["report", "model.sklocus", "evals.csv", "-o", "out.html"],
+            "out.html",
+            (sklocus.report, "write_map"),
+            0,
+        ),
+    ],
+)
+def test_ctrl_c_during_a_write_keeps_the_previous_file(
+    workspace, monkeypatch, argv, output, writer, position, capsys
+):
+    folder, _ = workspace
+    (folder / output).write_text("the previous output")
+
+    def interrupted(*args, **kwargs):
+        # Half the file written (``position`` is where the writer takes its
+        # file), then Ctrl-C.
+        with open(args[position], "w") as file:
+            file.write("half a ta")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(*writer, interrupted)
+    before = set(contents(folder))
+    result = run(*argv, cwd=folder, capsys=capsys)
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines()[-1] == f"sklocus {argv[0]}: interrupted"
+    assert (folder / output).read_text() == "the previous output"
+    assert set(contents(folder)) == before, "a temporary was left behind"
+
+
+def test_a_kill_leaves_a_temporary_that_the_next_write_removes(workspace, capsys):
+    folder, _ = workspace
+    # What a kill in the middle of writing out.csv (or a model file) leaves.
+    for name in (".out.csv.0123abcd.partial", ".m.sklocus.4567.partial"):
+        (folder / name).write_text("half")
+    (folder / ".other.csv.89ef.partial").write_text("another output's")
+    argv = ("clusters", "emb.csv", "--n-clusters", "2", "-o", "out.csv")
+    assert run(*argv, cwd=folder, capsys=capsys).returncode == 0
+    assert pd.read_csv(folder / "out.csv").shape == (8, 2)
+    argv = ("fit", "evals.csv", "-o", "m.sklocus", *VECTORS, *TINY)
+    assert run(*argv, cwd=folder, capsys=capsys).returncode == 0
+    hidden = sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+    assert hidden == [".other.csv.89ef.partial"]
+
+
+def test_a_replaced_output_keeps_its_permissions_and_compression(workspace, capsys):
+    folder, _ = workspace
+    (folder / "out.csv.gz").write_text("old")
+    os.chmod(folder / "out.csv.gz", 0o640)
+    argv = ("clusters", "emb.csv", "--n-clusters", "2", "-o", "out.csv.gz")
+    assert run(*argv, cwd=folder, capsys=capsys).returncode == 0
+    assert (folder / "out.csv.gz").stat().st_mode & 0o777 == 0o640
+    assert (folder / "out.csv.gz").read_bytes()[:2] == b"\x1f\x8b"  # gzip
+    assert pd.read_csv(folder / "out.csv.gz")["cluster"].nunique() == 2
+
+
+# -- 13: Ctrl-C during fit writes nothing and exits 130 -------------------------
+
+
+def test_ctrl_c_during_fit_writes_nothing_and_exits_130(workspace, monkeypatch, capsys):
+    folder, _ = workspace
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LocusEmbedder, "fit", interrupted)
+    before = contents(folder)
+    argv = ["fit", "evals.csv", "-o", "new.sklocus", *VECTORS, *TINY]
+    result = run(*argv, cwd=folder, capsys=capsys)
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines()[-1] == "sklocus fit: interrupted"
+    assert "error" not in result.stderr
+    assert contents(folder) == before
+
+
+# -- 14: every output is checked before any work ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["fit", "evals.csv", "-o", "taken", *VECTORS],
+            "argument -o/--output: taken is a folder; expected a file",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "nowhere/m.sklocus", *VECTORS],
+            "nowhere/m.sklocus: the folder nowhere does not exist",
+        ),
+        (
+            ["fit", "evals.csv", "-o", "locked/m.sklocus", *VECTORS],
+            "locked/m.sklocus: cannot write in the folder locked",
+        ),
+        (
+            ["route", "model.sklocus", "evals.csv", "queries.txt", "-o", "r.txt"],
+            "argument -o/--output: r.txt: unknown file type; expected a .csv",
+        ),
+        (
+            ["report", "model.sklocus", "evals.csv", "-o", "taken"],
+            "argument -o/--output: taken is a folder; expected a file",
+        ),
+        (
+            ["serve", "model.sklocus", "evals.csv", "--router-file", "taken"],
+            "argument --router-file: taken is a folder; expected a file",
+        ),
+        (
+            ["select", "emb.csv", "--n-selected", "2", "-o", "taken.csv"],
+            "argument -o/--output: taken.csv is a folder; expected a file",
+        ),
+    ],
+)
+def test_an_output_that_cannot_be_written_fails_before_any_work(
+    workspace, no_work, argv, message, capsys
+):
+    folder, _ = workspace
+    (folder / "taken").mkdir()
+    (folder / "taken.csv").mkdir()
+    (folder / "locked").mkdir(mode=0o500)
+    if "locked" in argv[3] and os.access(folder / "locked", os.W_OK):
+        pytest.skip("running as a user who may write anywhere")
+    line = one_line_error(*argv, cwd=folder, capsys=capsys)
+    assert message in line, line
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id(workspace, capsys):
+    folder, data = workspace
+    queries = data.query_ids[:3]
+    (folder / "bom.txt").write_text("\n".join(queries) + "\n", encoding="utf-8-sig")
+    argv = ("route", "model.sklocus", "evals.csv", "bom.txt", "-o", "r.csv")
+    result = run(*argv, cwd=folder, capsys=capsys)
+    assert result.returncode == 0, result.stderr
+    assert pd.read_csv(folder / "r.csv")["query"].tolist() == queries
+    assert sklocus.cli._tables.read_lines(folder / "bom.txt") == queries
+
+
+@pytest.mark.parametrize(
+    "make, argv, message",
+    [
+        (
+            "evals",
+            ["embed", "model.sklocus", "bad.csv", "-o", "e.csv"],
+            "bad.csv: row 0 has model 'bad\\nname' in column 'model'; model names "
+            "must not hold control characters such as newlines",
+        ),
+        (
+            "embeddings",
+            ["neighbors", "bad.csv"],
+            "bad.csv: row 1 has model 'tab\\tname' in column 'model'",
+        ),
+    ],
+)
+def test_control_characters_in_names_are_refused(
+    workspace, make, argv, message, capsys
+):
+    folder, data = workspace
+    if make == "evals":
+        table = pd.read_csv(folder / "evals.csv")
+        table.loc[table["model"] == table["model"][0], "model"] = "bad\nname"
+        table.to_csv(folder / "bad.csv", index=False)
+    else:
+        table = pd.read_csv(folder / "emb.csv")
+        table.loc[1, "model"] = "tab\tname"
+        table.to_csv(folder / "bad.csv", index=False)
+    line = one_line_error(*argv, cwd=folder, capsys=capsys)
+    assert message in line, line
+    assert not (folder / "e.csv").exists() and not (folder / "r.csv").exists()
