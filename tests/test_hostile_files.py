@@ -380,5 +380,10 @@ def test_mutated_files_are_refused_or_route_finitely(original, data, tmp_path, d
         return
     if isinstance(loaded, LocusRouter):
         queries = _table(data)[0][:8]
-        assert np.isfinite(loaded.predict_proba(queries)).all()
+        try:
+            proba = loaded.predict_proba(queries)
+        except ValueError as error:  # an edited query table: it names the query
+            assert "query" in str(error)
+            return
+        assert np.isfinite(proba).all()
         assert set(loaded.predict(queries)) <= set(loaded.classes_)
