@@ -285,8 +285,11 @@ class Reader:
         # random stream as it was.
         with torch.random.fork_rng(devices=[]):
             net.initialize()
+        # On the CPU the module takes the file's arrays as its weights (assign)
+        # rather than copies of them: loading holds each weight once.
         net.module_.load_state_dict(
-            {name: torch.from_numpy(array.copy()) for name, array in state.items()}
+            {name: torch.from_numpy(array) for name, array in state.items()},
+            assign=torch.device(net.device).type == "cpu",
         )
         net.history = history
         release_training_state(net)
