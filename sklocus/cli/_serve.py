@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from pathlib import Path
 
 from sklocus._persistence import load, save
@@ -16,6 +18,8 @@ from sklocus.cli._common import (
 from sklocus.cli._models import build_router, checked_embedder, say, teach_queries
 from sklocus.cli._tables import check_output, read_evaluations
 
+TOKEN_VARIABLE = "SKLOCUS_TOKEN"
+
 
 def register(commands):
     """Add ``serve`` to the subcommands."""
@@ -28,7 +32,9 @@ def register(commands):
         "one, GET /models and GET /health say what is served, and /docs is the "
         "OpenAPI page. MODEL is a router saved with sklocus.save, or an embedder "
         "from sklocus fit with EVALS, the pool to route among. Needs the serve "
-        "extra (pip install 'sklocus[serve]').",
+        "extra (pip install 'sklocus[serve]'). With a token (the environment "
+        f"variable {TOKEN_VARIABLE}, or --token-file), onboarding and removal "
+        "need the header 'Authorization: Bearer TOKEN'.",
     )
     serve.add_argument(
         "model", metavar="MODEL", help="a router file, or an embedder file with EVALS"
@@ -83,6 +89,21 @@ def register(commands):
         help="most queries or models one request may name (default: 256)",
     )
     server.add_argument(
+        "--max-evaluations",
+        type=integer_in(1),
+        default=50_000,
+        metavar="N",
+        help="most evaluations one onboarding (POST /models) may give (default: 50000)",
+    )
+    server.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="a file holding the token that onboarding and removal require as "
+        f"'Authorization: Bearer TOKEN' (default: the environment variable "
+        f"{TOKEN_VARIABLE}, if set; no token otherwise). Never give the token "
+        "itself on the command line, where other users can read it",
+    )
+    server.add_argument(
         "--max-body-mb",
         type=non_negative_number,
         default=8.0,
@@ -129,12 +150,42 @@ def _router_from(arguments):
     return router, target
 
 
+def _token(arguments):
+    """Return the token from --token-file or the environment, or None."""
+    if arguments.token_file is None:
+        token, source = os.environ.get(TOKEN_VARIABLE), TOKEN_VARIABLE
+    else:
+        try:
+            token = Path(arguments.token_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise UserError(
+                f"argument --token-file: cannot read it ({error})"
+            ) from None
+        source = f"--token-file {arguments.token_file}"
+    if token is None:
+        return None
+    token = token.strip()
+    if not token or any(char.isspace() for char in token):
+        raise UserError(f"{source}: the token is empty or holds spaces")
+    return token
+
+
+def _is_loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
+
+
 def run_serve(arguments):
     """Serve a router until interrupted."""
     try:
-        from sklocus.serve import RouterService, run
+        from sklocus.serve import RouterService, listen, run
     except ImportError as error:
         raise UserError(str(error)) from None
+    token = _token(arguments)
     router, target = _router_from(arguments)
     if arguments.write_back and target is None:
         raise UserError(
@@ -146,18 +197,30 @@ def run_serve(arguments):
         path=target,
         write_back=arguments.write_back,
         max_batch=arguments.max_batch,
+        max_evaluations=arguments.max_evaluations,
     )
+    try:  # before the warm-up: a port in use is known at once
+        listener = listen(arguments.host, arguments.port)
+    except OSError as error:
+        raise UserError(str(error)) from None
     service.warm_up()
+    if token is None and not _is_loopback(arguments.host):
+        say(
+            f"Warning: listening on {arguments.host}, beyond the loopback, with no "
+            "token: anyone who can reach this port can onboard and remove models. "
+            f"Set {TOKEN_VARIABLE} or give --token-file."
+        )
     say(
         f"Serving {len(router.classes_)} models on http://{arguments.host}:"
-        f"{arguments.port} (OpenAPI page at /docs"
+        f"{listener.getsockname()[1]} (OpenAPI page at /docs"
         + (f"; changes are saved to {target}" if arguments.write_back else "")
+        + ("; changes need the token" if token is not None else "")
         + ")."
     )
     run(
         service,
-        host=arguments.host,
-        port=arguments.port,
+        listener=listener,
+        token=token,
         max_body_bytes=int(arguments.max_body_mb * 2**20),
         log_level=arguments.log_level,
     )

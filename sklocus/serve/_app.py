@@ -1,21 +1,31 @@
 """The HTTP face of :class:`~sklocus.serve.RouterService`: FastAPI routes and limits.
 
 Every fault in a request is answered as FastAPI answers a validation error, a
-4xx whose ``detail`` lists ``{"loc": [...], "msg": ...}`` with the field named.
-Handlers are plain functions, which FastAPI runs in its thread pool, so
-requests are served side by side; the service makes that safe.
+4xx whose ``detail`` lists ``{"loc": [...], "msg": ..., "type": ...}`` with the
+field named, and without the ``input`` FastAPI would echo: a body is parsed as
+strict JSON (:mod:`sklocus.serve._json`) and validated in pydantic's strict
+mode (``true`` is not 1). Handlers are plain functions, which FastAPI runs in
+its thread pool, so requests are served side by side; the service makes that
+safe.
 """
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
-from fastapi import Request
+import anyio
+from fastapi import Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from sklocus._validation import has_control_character
 from sklocus._versioning import __version__
+from sklocus.serve import _json
 from sklocus.serve._service import RequestError
 
 # A query is a question, not a document; longer texts are refused rather than
@@ -23,13 +33,33 @@ from sklocus.serve._service import RequestError
 MAX_QUERY_CHARS = 20_000
 MAX_NAME_CHARS = 512
 
+# Bodies larger than this are parsed in a worker thread, not the event loop.
+_PARSE_IN_THREAD_BYTES = 64 * 2**10
+
+
+def _printable(name):
+    """Refuse a model name that the library would refuse (a newline, ...)."""
+    for position, char in enumerate(name):
+        if has_control_character(char):
+            raise ValueError(
+                f"a model name may not hold control or format characters; found "
+                f"U+{ord(char):04X} at position {position}"
+            )
+    return name
+
+
 Query = Annotated[str, StringConstraints(min_length=1, max_length=MAX_QUERY_CHARS)]
-ModelName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME_CHARS)]
+ModelName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_NAME_CHARS),
+    AfterValidator(_printable),
+]
 
 
 class _Strict(BaseModel):
     # An unknown field is a client's typo ("query" for "queries"): name it.
-    model_config = ConfigDict(extra="forbid")
+    # Strict: a count is an integer, not true; a score is a number, not "1".
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RouteRequest(_Strict):
@@ -148,6 +178,100 @@ def _error(status, loc, message):
     )
 
 
+class _StrictJSONRequest(Request):
+    """A request whose body is parsed as strict JSON, a large one off the loop."""
+
+    async def json(self):
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            if len(body) > _PARSE_IN_THREAD_BYTES:
+                self._json = await anyio.to_thread.run_sync(_json.loads, body)
+            else:
+                self._json = _json.loads(body)
+        return self._json
+
+
+class _StrictJSONRoute(APIRoute):
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def strict(request):
+            return await handler(_StrictJSONRequest(request.scope, request.receive))
+
+        return strict
+
+
+def _shown_loc(loc):
+    """Return a field's location, with a long key (a query) cut short."""
+    return [
+        part if not isinstance(part, str) or len(part) <= 40 else _json.shorten(part)
+        for part in loc
+    ]
+
+
+def _validation_error(request, error):
+    """FastAPI's 422 without ``input`` and ``ctx``, which repeat the request."""
+    detail = []
+    for fault in error.errors():
+        if fault["type"] == "json_invalid":
+            reason = (fault.get("ctx") or {}).get("error", "")
+            position = fault["loc"][-1]
+            at = f" at character {position:,}" if position else ""
+            detail.append(
+                {
+                    "loc": ["body"],
+                    "msg": f"the body is not valid JSON: {reason}{at}",
+                    "type": "json_invalid",
+                }
+            )
+        else:
+            message = fault["msg"]
+            detail.append(
+                {
+                    "loc": _shown_loc(fault["loc"]),
+                    "msg": message if len(message) <= 300 else message[:300] + "...",
+                    "type": fault["type"],
+                }
+            )
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+_BEARER = HTTPBearer(
+    auto_error=False,
+    description="the token the server was started with (SKLOCUS_TOKEN)",
+)
+
+
+def _token_check(token):
+    """Return a dependency that lets through requests carrying ``token``, if any."""
+    expected = None if token is None else token.encode("utf-8")
+
+    def authorised(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    ):
+        if expected is None:
+            return
+        # Header values arrive decoded as Latin-1: back to the bytes sent.
+        given = (
+            b"" if credentials is None else credentials.credentials.encode("latin-1")
+        )
+        if not hmac.compare_digest(given, expected):
+            raise HTTPException(
+                401,
+                detail=[
+                    {
+                        "loc": ["header", "Authorization"],
+                        "msg": "this route changes the pool; it needs the header "
+                        "'Authorization: Bearer TOKEN' with the server's token",
+                        "type": "unauthorized",
+                    }
+                ],
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return authorised
+
+
 class BodyLimit:
     """Refuse request bodies over ``max_bytes`` with 413, before reading them whole.
 
@@ -197,7 +321,7 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-def create_app(service, *, max_body_bytes=8 * 2**20):
+def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     """Build the HTTP application around a router service.
 
     Parameters
@@ -206,6 +330,10 @@ def create_app(service, *, max_body_bytes=8 * 2**20):
         What the application serves.
     max_body_bytes : int, default=8 MiB
         Largest request body; a larger one is answered 413 unread.
+    token : str, default=None
+        When given, the routes that change the pool (``POST /models``,
+        ``DELETE /models/{name}``, and so the write-back) answer 401 unless the
+        request carries ``Authorization: Bearer TOKEN``. Reading routes are open.
 
     Returns
     -------
@@ -226,11 +354,25 @@ def create_app(service, *, max_body_bytes=8 * 2**20):
         "them, with LOCUS model embeddings; onboard and retire models while "
         "serving.",
     )
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        raise ValueError("token must be a non-empty string, or None for no token")
+    app.router.route_class = _StrictJSONRoute
+    authorised = [Depends(_token_check(token))]
 
     @app.exception_handler(RequestError)
     def request_error(request: Request, error: RequestError):
+        if error.status >= 500:
+            return _error(error.status, [], error.message)
         where = "path" if request.method == "DELETE" else "body"
         return _error(error.status, [where, *error.field], error.message)
+
+    app.exception_handler(RequestValidationError)(_validation_error)
+
+    @app.exception_handler(Exception)
+    def unexpected(request: Request, error: Exception):
+        # The traceback goes to the server's log (uvicorn logs the exception,
+        # raised again after this answer), never to the client.
+        return _error(500, [], "the server failed to answer; its log says why")
 
     @app.post("/route", response_model=RouteResponse)
     def route(body: RouteRequest):
@@ -254,12 +396,14 @@ def create_app(service, *, max_body_bytes=8 * 2**20):
         models = service.models()
         return {"n_models": len(models), "models": models}
 
-    @app.post("/models", response_model=Onboarded, status_code=201)
+    @app.post(
+        "/models", response_model=Onboarded, status_code=201, dependencies=authorised
+    )
     def onboard(body: NewModel):
         """Onboard a model from its evaluations (one forward pass)."""
         return service.add_model(body.name, body.evaluations, body.cost)
 
-    @app.delete("/models/{name:path}", response_model=Removed)
+    @app.delete("/models/{name:path}", response_model=Removed, dependencies=authorised)
     def remove(name: str):
         """Stop routing to a model."""
         return service.remove_model(name)

@@ -3,13 +3,16 @@
 :class:`RouterService` holds one fitted :class:`~sklocus.LocusRouter` and answers
 routing, prediction and changes to the pool. Requests read the router as it was
 when they began; a change builds a new router and then publishes it with one
-assignment, so a request never sees half of an onboarding. Changes are made one
-at a time, under a lock.
+assignment, so a request never sees half of an onboarding. The slow part of an
+onboarding (encoding its queries, embedding the model) runs before the change
+takes the lock that changes share, so a removal waits only for a publication;
+onboardings run one at a time.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import threading
 from pathlib import Path
@@ -18,6 +21,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
+from sklocus.serve._json import shorten
 
 __all__ = ["RequestError", "RouterService"]
 
@@ -43,6 +47,17 @@ class RequestError(ValueError):
         self.status = status
 
 
+_log = logging.getLogger("sklocus.serve")
+# Longest message an error repeats from the library; the rest is the input.
+_MESSAGE_CHARS = 400
+
+
+def _capped(message):
+    if len(message) <= _MESSAGE_CHARS:
+        return message
+    return f"{message[:_MESSAGE_CHARS]}... ({len(message):,} characters)"
+
+
 def _query_encoder(router):
     embedder = router.embedder_
     return getattr(embedder, "estimator", embedder).query_encoder_
@@ -63,6 +78,9 @@ class RouterService:
         then renamed over the old one), before the change is served.
     max_batch : int, default=256
         Most queries (or models) one request may name.
+    max_evaluations : int, default=50,000
+        Most evaluations one onboarding may give (EmbedLLM's models have
+        36,054 each); each new query text is encoded once.
 
     Examples
     --------
@@ -72,7 +90,15 @@ class RouterService:
     [{'query': 'What is 2 + 2?', 'model': 'a', 'top': [...]}]
     """
 
-    def __init__(self, router, *, path=None, write_back=False, max_batch=256):
+    def __init__(
+        self,
+        router,
+        *,
+        path=None,
+        write_back=False,
+        max_batch=256,
+        max_evaluations=50_000,
+    ):
         if not isinstance(router, LocusRouter):
             raise TypeError(
                 f"RouterService serves a LocusRouter; got {type(router).__name__}"
@@ -86,15 +112,19 @@ class RouterService:
             )
         if write_back and path is None:
             raise ValueError("write_back=True needs the path of the model file")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int):
-            raise ValueError(f"max_batch={max_batch!r} must be a positive integer")
-        if max_batch < 1:
-            raise ValueError(f"max_batch={max_batch!r} must be a positive integer")
+        for option, value in [
+            ("max_batch", max_batch),
+            ("max_evaluations", max_evaluations),
+        ]:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{option}={value!r} must be a positive integer")
         self._router = copy.copy(router)
         self.path = None if path is None else Path(path)
         self.write_back = bool(write_back)
         self.max_batch = max_batch
-        self._changing = threading.Lock()
+        self.max_evaluations = max_evaluations
+        self._changing = threading.Lock()  # held to publish a change
+        self._onboarding = threading.Lock()  # one onboarding computed at a time
 
     @property
     def router(self):
@@ -118,17 +148,23 @@ class RouterService:
         for position, name in enumerate(names):
             if name not in known:
                 raise RequestError(
-                    (field, position), f"{name!r} is not a model of the router"
+                    (field, position), f"{shorten(name)} is not a model of the router"
                 )
 
     @staticmethod
-    def _encoding_error(error, queries):
-        """Blame the query an encoder refused, when its message names one."""
+    def _encoding_error(error, queries, field="queries"):
+        """Blame the query an encoder refused, when its message names one.
+
+        A query quoted by the message is cut short, so the answer does not
+        repeat the request; evaluations are blamed as a whole.
+        """
         message = str(error)
         for position, query in enumerate(queries):
             if repr(query) in message:
-                return RequestError(("queries", position), message)
-        return RequestError(("queries",), message)
+                message = _capped(message.replace(repr(query), shorten(query)))
+                where = (field,) if field == "evaluations" else (field, position)
+                return RequestError(where, message)
+        return RequestError((field,), _capped(message))
 
     # -- reading ----------------------------------------------------------------
 
@@ -281,7 +317,17 @@ class RouterService:
         if self.write_back:
             from sklocus._persistence import save
 
-            save(changed, self.path)  # a new file renamed over the old one
+            try:
+                save(changed, self.path)  # a new file renamed over the old one
+            except OSError as error:
+                _log.error("could not save the router to %s: %s", self.path, error)
+                reason = error.strerror or type(error).__name__
+                raise RequestError(
+                    (),
+                    f"the change could not be saved to the model file ({reason}), "
+                    "so it is not served; the pool is as it was",
+                    status=503,
+                ) from None
         self._router = changed
 
     def add_model(self, name, evaluations, cost=None):
@@ -303,32 +349,52 @@ class RouterService:
         """
         if len(evaluations) == 0:
             raise RequestError(("evaluations",), "no evaluations; give at least one")
-        with self._changing:
-            router = self._router
-            if name in set(router.classes_.tolist()):
-                raise RequestError(
-                    ("name",), f"model {name!r} is already served", status=409
-                )
-            if (cost is None) != (router.cost_ is None):
-                message = (
-                    "the router has costs; give this model's cost"
-                    if cost is None
-                    else "the router has no costs; leave cost out"
-                )
-                raise RequestError(("cost",), message)
-            changed = copy.copy(router)
+        if len(evaluations) > self.max_evaluations:
+            raise RequestError(
+                ("evaluations",),
+                f"{len(evaluations):,} evaluations; at most {self.max_evaluations:,} "
+                "per onboarding",
+            )
+        with self._onboarding:
+            snapshot = self._router
+            self._check_new(snapshot, name, cost)
+            # The slow part, outside the lock: requests keep reading the
+            # snapshot, and a removal meanwhile is applied below.
+            staged = copy.copy(snapshot)
             try:
-                changed.add_models(
+                staged.add_models(
                     [evaluations], [name], cost=None if cost is None else [cost]
                 )
             except (ValueError, TypeError, KeyError) as error:
-                raise RequestError(("evaluations",), str(error)) from None
-            self._publish(changed)
+                raise self._encoding_error(error, evaluations, "evaluations") from None
+            with self._changing:
+                removed = set(snapshot.classes_.tolist()) - set(
+                    self._router.classes_.tolist()
+                )
+                if removed:
+                    staged.remove_models(
+                        [model for model in snapshot.classes_ if model in removed]
+                    )
+                self._publish(staged)
             return {
                 "model": name,
                 "n_evaluations": len(evaluations),
-                "n_models": int(len(changed.classes_)),
+                "n_models": int(len(staged.classes_)),
             }
+
+    @staticmethod
+    def _check_new(router, name, cost):
+        if name in set(router.classes_.tolist()):
+            raise RequestError(
+                ("name",), f"model {shorten(name)} is already served", status=409
+            )
+        if (cost is None) != (router.cost_ is None):
+            message = (
+                "the router has costs; give this model's cost"
+                if cost is None
+                else "the router has no costs; leave cost out"
+            )
+            raise RequestError(("cost",), message)
 
     def remove_model(self, name):
         """Stop serving one model.
@@ -345,10 +411,12 @@ class RouterService:
         with self._changing:
             router = self._router
             if name not in set(router.classes_.tolist()):
-                raise RequestError(("name",), f"no model {name!r}", status=404)
+                raise RequestError(("name",), f"no model {shorten(name)}", status=404)
             if len(router.classes_) == 1:
                 raise RequestError(
-                    ("name",), f"{name!r} is the last model; keep one", status=409
+                    ("name",),
+                    f"{shorten(name)} is the last model; keep one",
+                    status=409,
                 )
             changed = copy.copy(router)
             changed.remove_models([name])
