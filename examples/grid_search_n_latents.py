@@ -15,7 +15,8 @@ held-out evaluations are predicted.
 #
 # Cross-validation splits the *models*: each fold trains on some models and
 # scores the others, which it has never seen. The settings keep each of the
-# fits below to a few seconds (the defaults suit pools of thousands of models).
+# fits below to a few seconds (the defaults, sized to the pool, train for
+# minutes on two cores).
 import pandas as pd
 from sklearn.model_selection import GridSearchCV, KFold
 

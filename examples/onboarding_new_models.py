@@ -14,7 +14,7 @@ were not evaluated on, and adds them to a router.
 #
 # The last 20 models of a synthetic benchmark play the new models; the embedder
 # never sees them in training. The settings train a small network in seconds
-# (the defaults suit pools of thousands of models).
+# (the defaults, sized to the pool, train for minutes on two cores).
 import numpy as np
 import pandas as pd
 from sklearn.frozen import FrozenEstimator

@@ -38,10 +38,10 @@ print(f"model 0 has {len(sets[0])} evaluations, e.g. {list(sets[0].items())[:3]}
 # ------------------
 #
 # ``fit`` trains a set encoder (evaluation set to vector) and a predictor (vector
-# and query to probability of a correct answer) together. The defaults suit pools
-# of thousands of models and train for minutes; these settings train a narrow
-# network with larger learning steps for a few seconds, enough for this small
-# pool.
+# and query to probability of a correct answer) together. The defaults size the
+# training to the pool (how many models, how many evaluations) and train for
+# minutes on two cores; these settings train a narrow network with larger
+# learning steps for a few seconds, enough to show each step.
 settings = dict(
     embedding_dim=32,
     n_latents=8,

@@ -60,7 +60,7 @@ print(f"{len(table)} rows -> {len(sets)} evaluation sets")
 # -------------------------------------
 #
 # The embedder learns from the evaluation sets. The settings train a small
-# network in seconds (the defaults suit pools of thousands of models). The
+# network in seconds (the defaults, sized to the pool, train for minutes). The
 # router wants the scores as a queries x models table, NaN where a model was not
 # evaluated; :func:`~sklocus.to_matrix` arranges the sets that way. Wrapped in
 # ``FrozenEstimator``, the trained embedder is used as it is: the router's
