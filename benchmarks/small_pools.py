@@ -247,13 +247,15 @@ def report(rows, sources):
     methods = list(rows[0]["correctness"])
     commits = sorted({row["commit"] for row in rows})
     dates = sorted({row["date"] for row in rows})
+    commands = " and ".join(
+        f"`python benchmarks/small_pools.py {_command(arguments)}`"
+        for arguments in dict.fromkeys(row["arguments"] for row in rows)
+    )
     lines = [
         "# Small pools: LOCUS fitted on the pool itself",
         "",
         f"Written by `python benchmarks/small_pools.py --report "
-        f"{' '.join(map(str, sources))}` from runs of "
-        f"`python benchmarks/small_pools.py {_command(rows[0]['arguments'])}` (one "
-        "per group "
+        f"{' '.join(map(str, sources))}` from runs of {commands} (one per group "
         f"of seeds) at commit(s) {', '.join(commits)} on {', '.join(dates)}. "
         "Protocol: the script's docstring. Each seed fits `LocusEmbedder()` "
         "(defaults) on the pool's train questions; a cell is the mean over seeds "
