@@ -20,6 +20,7 @@ import datetime
 import gc
 import json
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,17 +38,10 @@ from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 
-TINY = dict(
-    embedding_dim=8,
-    n_latents=4,
-    n_layers=1,
-    n_heads=2,
-    predictor_hidden=8,
-    encoder_sizes=(8, 32),
-    max_epochs=1,
-    epoch_size=1,
-    random_state=0,
-)
+# The tests' smallest network and pool (tests/tiny.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from tiny import TINY_NETWORK, TINY_POOL  # noqa: E402
+
 ODD_VALUES = [None, True, -1, 0, 2**62, 1e308, -0.5, "", "x" * 40, [1, 2], {}]
 
 
@@ -56,12 +50,10 @@ def peak_rss_mb():
 
 
 def save_router(folder):
-    data = make_evaluations(
-        n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8
-    )
+    data = make_evaluations(**TINY_POOL)
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY))
+    router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK))
     router.fit(queries, Y, cost=np.arange(1.0, Y.shape[1] + 1))
     path = folder / "router.sklocus"
     sklocus.save(router, path)
