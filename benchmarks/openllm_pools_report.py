@@ -427,13 +427,17 @@ def router_section(results):
         f"{r['fit'].get('seconds', 0) / 60:.1f} min at {r['fit'].get('commit')}"
         for r in results
     )
+    command = first.get("arguments", "")
+    for option, role in (("--seed", "S"), ("--cache", "CACHE"), ("--out", "FILE")):
+        command = re.sub(rf"{option} \S+", f"{option} {role}", command)
+    runs = ", ".join(dict.fromkeys(result["commit"] for result in results))
+    dates = ", ".join(dict.fromkeys(result.get("date", "") for result in results))
     lines = [
         "# LocusRouter on pools of unseen models",
         "",
-        f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER "
-        f"{re.sub(r'--seed [0-9]+', '--seed S', first.get('arguments', ''))}` "
-        f"at seeds S = {seeds}, then `--report-router` "
-        f"of those files, at commit {first['commit']} on {first.get('date', '')}. "
+        f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER {command}` "
+        f"at seeds S = {seeds} (measured at commits {runs} on {dates}), then "
+        "`--report-router` of those files. "
         f"Each seed fits its own embedder on every model outside its pools "
         f"({fits}) and draws its own {len(first['pools'])} pools of 112 unseen "
         f"fully observed models; {first['draws']} draw(s) of the n train-query "
