@@ -16,7 +16,7 @@ from sklocus.cli._common import (
     non_negative_number,
 )
 from sklocus.cli._models import build_router, checked_embedder, say, teach_queries
-from sklocus.cli._tables import check_output, read_evaluations
+from sklocus.cli._tables import read_evaluations
 
 TOKEN_VARIABLE = "SKLOCUS_TOKEN"
 
@@ -144,7 +144,8 @@ def _router_from(arguments):
     router = build_router(embedder, evaluations, arguments.cost_weight)
     target = None
     if arguments.router_file is not None:
-        target = check_output(arguments.router_file)
+        # Checked with every output before any work (cli.check_outputs).
+        target = Path(arguments.router_file)
         save(router, target)
         say(f"Saved the router of {len(router.classes_)} models to {target}.")
     return router, target
