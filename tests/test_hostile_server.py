@@ -110,6 +110,7 @@ def test_errors_do_not_echo_the_request(client):
         {"queries": [secret]},  # an unknown query, quoted by the encoder
         {"queries": ["q00001"], secret: 1},  # an unknown field, named by loc
         {"queries": ["q00001"], "exclude": [secret[:500]]},
+        {"queries": ["q00001"], "query_groups": [secret]},  # over 512 characters
         {"name": "x", "evaluations": {secret: 1.0}, "cost": 1},
     ]
     for body in bodies:

@@ -438,14 +438,16 @@ def test_concurrent_clients_never_see_a_torn_pool(server, pool, router_file):
 
 
 def test_an_embedder_and_its_pool_table_serve_too(pool, tmp_path):
-    """sklocus serve EMBEDDER EVALS builds the router, saves it, and serves it."""
+    """sklocus serve EMBEDDER EVALS builds the router, saves it, and serves it;
+    with --group-column, requests give each query's group."""
     data, _, router = pool
+    benchmark = dict(zip(data.query_ids, data.benchmarks.tolist()))
     rows = [
-        (name, query, score)
+        (name, query, score, benchmark[query])
         for name, evaluations in zip(data.model_names, data.evaluation_sets)
         for query, score in evaluations.items()
     ]
-    pd.DataFrame(rows, columns=["model", "query", "score"]).to_csv(
+    pd.DataFrame(rows, columns=["model", "query", "score", "benchmark"]).to_csv(
         tmp_path / "evals.csv", index=False
     )
     np.save(tmp_path / "vectors.npy", data.query_vectors)
@@ -461,23 +463,37 @@ def test_an_embedder_and_its_pool_table_serve_too(pool, tmp_path):
         "--router-file",
         "built.sklocus",
         "--write-back",
+        "--group-column",
+        "benchmark",
         cwd=tmp_path,
     )
     try:
         queries = data.query_ids[:10]
         routes = httpx.post(f"{served.url}/route", json={"queries": queries}).json()
+        pool_queries, Y = _pool_table(data)
         unpriced = LocusRouter(FrozenEstimator(router.embedder_.estimator)).fit(
-            *_pool_table(data)
+            pool_queries, Y, query_groups=[str(benchmark[q]) for q in pool_queries]
         )
         assert [r["model"] for r in routes["routes"]] == unpriced.predict(
             queries
         ).tolist()
+        # The integer column's labels are served as text.
+        groups = [str(benchmark[q]) for q in queries]
+        health = httpx.get(f"{served.url}/health").json()
+        assert sorted(health["groups"]) == ["0", "1", "2", "3", "4"]
+        body = {"queries": queries, "query_groups": groups}
+        grouped = httpx.post(f"{served.url}/route", json=body).json()["routes"]
+        models, p = unpriced.rank_models(queries, k=3, query_groups=groups)
+        assert [[c["model"] for c in r["top"]] for r in grouped] == models.tolist()
+        listed = [[c["p"] for c in r["top"]] for r in grouped]
+        np.testing.assert_allclose(listed, p, rtol=1e-5)
         assert httpx.delete(f"{served.url}/models/model-0003").status_code == 200
         assert "model-0003" not in sklocus.load(tmp_path / "built.sklocus").classes_
     finally:
         status, stderr = served.stop()
     assert status == 0, stderr
     assert "Saved the router of 16 models to built.sklocus" in stderr
+    assert "Serving 16 models with 5 query groups" in stderr
 
 
 def _pool_table(data):

@@ -16,7 +16,7 @@ from sklocus.cli._common import (
     non_negative_number,
 )
 from sklocus.cli._models import build_router, checked_embedder, say, teach_queries
-from sklocus.cli._tables import read_evaluations
+from sklocus.cli._tables import per_query, read_evaluations
 
 TOKEN_VARIABLE = "SKLOCUS_TOKEN"
 
@@ -74,6 +74,13 @@ def register(commands):
         help="with EVALS: each model's cost, the mean of this column over its rows",
     )
     server.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="with EVALS: each query's benchmark, subject or category, a column of "
+        "EVALS, read as text: the router corrects each model's predictions per "
+        "group, and requests may give query_groups",
+    )
+    server.add_argument(
         "--cost-weight",
         type=non_negative_number,
         default=0.0,
@@ -126,7 +133,7 @@ def _router_from(arguments):
         raise UserError(f"{path}: no such model file")
     loaded = load(path)
     if arguments.evals is None:
-        for option in ("router_file", "cost_column"):
+        for option in ("router_file", "cost_column", "group_column"):
             if getattr(arguments, option) is not None:
                 flag = "--" + option.replace("_", "-")
                 raise UserError(f"argument {flag}: goes with EVALS, the pool to build")
@@ -141,7 +148,12 @@ def _router_from(arguments):
     embedder = checked_embedder(loaded, path)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
-    router = build_router(embedder, evaluations, arguments.cost_weight)
+    router = build_router(
+        embedder,
+        evaluations,
+        arguments.cost_weight,
+        _pool_groups(arguments, evaluations),
+    )
     target = None
     if arguments.router_file is not None:
         # Checked with every output before any work (cli.check_outputs).
@@ -149,6 +161,14 @@ def _router_from(arguments):
         save(router, target)
         say(f"Saved the router of {len(router.classes_)} models to {target}.")
     return router, target
+
+
+def _pool_groups(arguments, evaluations):
+    """Each pool query's group from --group-column, as text (JSON's labels)."""
+    if arguments.group_column is None:
+        return None
+    groups = per_query(evaluations, arguments.query_column, arguments.group_column)
+    return {query: str(group) for query, group in groups.items()}
 
 
 def _token(arguments):
@@ -211,8 +231,11 @@ def run_serve(arguments):
             "token: anyone who can reach this port can onboard and remove models. "
             f"Set {TOKEN_VARIABLE} or give --token-file."
         )
+    groups = (
+        "" if router.groups_ is None else f" with {len(router.groups_)} query groups"
+    )
     say(
-        f"Serving {len(router.classes_)} models on http://{arguments.host}:"
+        f"Serving {len(router.classes_)} models{groups} on http://{arguments.host}:"
         f"{listener.getsockname()[1]} (OpenAPI page at /docs"
         + (f"; changes are saved to {target}" if arguments.write_back else "")
         + ("; changes need the token" if token is not None else "")

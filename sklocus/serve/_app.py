@@ -32,6 +32,8 @@ from sklocus.serve._service import RequestError
 # encoded (the sentence encoder would truncate them anyway).
 MAX_QUERY_CHARS = 20_000
 MAX_NAME_CHARS = 512
+# A group label names a benchmark or subject, as a model name names a model.
+MAX_GROUP_CHARS = MAX_NAME_CHARS
 
 # Bodies larger than this are parsed in a worker thread, not the event loop.
 _PARSE_IN_THREAD_BYTES = 64 * 2**10
@@ -54,6 +56,12 @@ ModelName = Annotated[
     StringConstraints(min_length=1, max_length=MAX_NAME_CHARS),
     AfterValidator(_printable),
 ]
+# Compared with the router's labels only, never stored: any text will do.
+GroupLabel = Annotated[str, StringConstraints(min_length=1, max_length=MAX_GROUP_CHARS)]
+_GROUPS = (
+    "each query's group (benchmark, subject...), null for none, in the order of "
+    "queries; only for a router fitted with query groups (see GET /health)"
+)
 
 
 class _Strict(BaseModel):
@@ -77,6 +85,9 @@ class RouteRequest(_Strict):
     )
     top_k: int | None = Field(
         default=None, ge=1, description="models listed per query (default up to 3)"
+    )
+    query_groups: list[GroupLabel | None] | None = Field(
+        default=None, description=_GROUPS
     )
 
 
@@ -108,6 +119,9 @@ class PredictRequest(_Strict):
     models: list[ModelName] | None = Field(
         default=None, description="models to score; every model by default"
     )
+    query_groups: list[GroupLabel | None] | None = Field(
+        default=None, description=_GROUPS
+    )
 
 
 class PredictResponse(BaseModel):
@@ -130,6 +144,12 @@ class NewModel(_Strict):
         gt=0,
         allow_inf_nan=False,
         description="required when the served router has costs",
+    )
+    query_groups: dict[Query, GroupLabel | None] | None = Field(
+        default=None,
+        description="group of each evaluated query (left out or null: none), to "
+        "fit the model's offsets for the router's groups; only for a router "
+        "fitted with query groups",
     )
 
 
@@ -167,6 +187,10 @@ class Health(BaseModel):
 
     status: str
     n_models: int
+    groups: list[str] | None = Field(
+        description="the query groups requests may name; null when the router "
+        "was fitted without them"
+    )
     write_back: bool
     sklocus_version: str
 
@@ -364,7 +388,7 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
         if error.status >= 500:
             return _error(error.status, [], error.message)
         where = "path" if request.method == "DELETE" else "body"
-        return _error(error.status, [where, *error.field], error.message)
+        return _error(error.status, _shown_loc([where, *error.field]), error.message)
 
     app.exception_handler(RequestValidationError)(_validation_error)
 
@@ -382,13 +406,14 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
             exclude=body.exclude,
             cost_weight=body.cost_weight,
             top_k=body.top_k,
+            query_groups=body.query_groups,
         )
         return {"routes": routes}
 
     @app.post("/predict", response_model=PredictResponse)
     def predict(body: PredictRequest):
         """Probability that each model answers each query correctly."""
-        return service.predict(body.queries, body.models)
+        return service.predict(body.queries, body.models, body.query_groups)
 
     @app.get("/models", response_model=ModelList)
     def list_models():
@@ -401,7 +426,9 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     )
     def onboard(body: NewModel):
         """Onboard a model from its evaluations (one forward pass)."""
-        return service.add_model(body.name, body.evaluations, body.cost)
+        return service.add_model(
+            body.name, body.evaluations, body.cost, body.query_groups
+        )
 
     @app.delete("/models/{name:path}", response_model=Removed, dependencies=authorised)
     def remove(name: str):
@@ -410,7 +437,7 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
 
     @app.get("/health", response_model=Health)
     def health():
-        """Whether the service is up, and how many models it serves."""
+        """Whether the service is up, how many models it serves, and its groups."""
         return service.health()
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

@@ -15,6 +15,7 @@ import copy
 import logging
 import math
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,23 @@ def _capped(message):
     return f"{message[:_MESSAGE_CHARS]}... ({len(message):,} characters)"
 
 
+def _require_groups(router):
+    if router.group_offsets_ is None:
+        raise RequestError(
+            ("query_groups",),
+            "the router was fitted without query groups; leave query_groups out",
+        )
+
+
+def _check_label(label, field):
+    if label is not None and not isinstance(label, str):
+        raise RequestError(
+            field,
+            f"group {shorten(label)} is a {type(label).__name__}; expected a string, "
+            "or null for no group",
+        )
+
+
 def _query_encoder(router):
     embedder = router.embedder_
     return getattr(embedder, "estimator", embedder).query_encoder_
@@ -82,6 +100,15 @@ class RouterService:
         Most evaluations one onboarding may give (EmbedLLM's models have
         36,054 each); each new query text is encoded once.
 
+    Notes
+    -----
+    A router fitted with ``query_groups`` takes each query's group in
+    :meth:`route` and :meth:`predict`, and each evaluated query's group in
+    :meth:`add_model`, as its methods do; one fitted without them refuses
+    ``query_groups`` (:class:`RequestError`), where the library would ignore
+    them, so a client never mistakes answers without offsets for answers with
+    them. Model names and group labels must be strings, as JSON has them.
+
     Examples
     --------
     >>> from sklocus.serve import RouterService
@@ -104,12 +131,14 @@ class RouterService:
                 f"RouterService serves a LocusRouter; got {type(router).__name__}"
             )
         check_is_fitted(router, "embeddings_")
-        numbered = [name for name in router.classes_ if not isinstance(name, str)]
-        if numbered:
-            raise ValueError(
-                f"the router's models must be named with text to be served over "
-                f"JSON; model {numbered[0]!r} is a {type(numbered[0]).__name__}"
-            )
+        groups = [] if router.groups_ is None else router.groups_.tolist()
+        for what, labels in [("model", router.classes_), ("query group", groups)]:
+            wrong = [label for label in labels if not isinstance(label, str)]
+            if wrong:
+                raise ValueError(
+                    f"the router's {what}s must be named with text to be served "
+                    f"over JSON; {what} {wrong[0]!r} is a {type(wrong[0]).__name__}"
+                )
         if write_back and path is None:
             raise ValueError("write_back=True needs the path of the model file")
         for option, value in [
@@ -166,9 +195,55 @@ class RouterService:
                 return RequestError(where, message)
         return RequestError((field,), _capped(message))
 
+    @staticmethod
+    def _check_query_groups(router, query_groups, queries):
+        """Return the groups of ``queries``, one each, checked; or None."""
+        if query_groups is None:
+            return None
+        _require_groups(router)
+        if not isinstance(query_groups, (list, tuple)):
+            raise RequestError(
+                ("query_groups",),
+                f"query_groups is a {type(query_groups).__name__}; give a list, one "
+                "group per query (null for none)",
+            )
+        if len(query_groups) != len(queries):
+            raise RequestError(
+                ("query_groups",),
+                f"{len(query_groups)} query_groups for {len(queries)} queries; give "
+                "one per query (null for a query with no group)",
+            )
+        for position, label in enumerate(query_groups):
+            _check_label(label, ("query_groups", position))
+        return list(query_groups)
+
+    @staticmethod
+    def _check_evaluation_groups(router, query_groups, evaluations):
+        """Return the groups of evaluated queries, ``{query: group}``; or None."""
+        if query_groups is None:
+            return None
+        _require_groups(router)
+        if not isinstance(query_groups, Mapping):
+            raise RequestError(
+                ("query_groups",),
+                f"query_groups is a {type(query_groups).__name__}; give a mapping "
+                "from each evaluated query to its group",
+            )
+        for query, label in query_groups.items():
+            if query not in evaluations:
+                raise RequestError(
+                    ("query_groups", query),
+                    f"{shorten(query)} is not a query of evaluations; give the "
+                    "groups of evaluated queries only",
+                )
+            _check_label(label, ("query_groups", query))
+        return dict(query_groups)
+
     # -- reading ----------------------------------------------------------------
 
-    def route(self, queries, *, exclude=None, cost_weight=None, top_k=None):
+    def route(
+        self, queries, *, exclude=None, cost_weight=None, top_k=None, query_groups=None
+    ):
         """List the best models for each query, best first.
 
         Parameters
@@ -181,6 +256,10 @@ class RouterService:
             Weight of cost for this request; ``None`` uses the router's.
         top_k : int, default=None
             Models listed per query; ``None`` lists up to 3.
+        query_groups : list of str or None, default=None
+            Each query's group, None for none, when the router was fitted with
+            query groups (:meth:`~sklocus.LocusRouter.rank_models`); refused
+            otherwise.
 
         Returns
         -------
@@ -190,6 +269,7 @@ class RouterService:
         """
         router = self._router  # one snapshot for the whole request
         self._check_batch(queries, "queries")
+        query_groups = self._check_query_groups(router, query_groups, queries)
         exclude = list(exclude or [])
         self._check_names(router, exclude, "exclude")
         available = len(router.classes_) - len(set(exclude))
@@ -213,7 +293,11 @@ class RouterService:
                 raise RequestError(("cost_weight",), "the router has no costs to weigh")
         try:
             models, probabilities = router.rank_models(
-                queries, k=top_k, exclude=exclude or None, cost_weight=cost_weight
+                queries,
+                k=top_k,
+                exclude=exclude or None,
+                cost_weight=cost_weight,
+                query_groups=query_groups,
             )
         except (ValueError, TypeError, KeyError) as error:
             raise self._encoding_error(error, queries) from None
@@ -229,14 +313,19 @@ class RouterService:
             for query, row, chances in zip(queries, models.tolist(), probabilities)
         ]
 
-    def predict(self, queries, models=None):
+    def predict(self, queries, models=None, query_groups=None):
         """P(correct) of each model on each query.
+
+        The router's :meth:`~sklocus.LocusRouter.predict_correctness`, with the
+        columns of ``models``.
 
         Parameters
         ----------
         queries : list of str
         models : list of str, default=None
             The models to score, each of the router's; ``None`` scores all.
+        query_groups : list of str or None, default=None
+            Each query's group, as :meth:`route` takes them.
 
         Returns
         -------
@@ -246,6 +335,7 @@ class RouterService:
         """
         router = self._router
         self._check_batch(queries, "queries")
+        query_groups = self._check_query_groups(router, query_groups, queries)
         if models is None:
             columns = np.arange(len(router.classes_))
         else:
@@ -254,15 +344,15 @@ class RouterService:
             index = {name: j for j, name in enumerate(router.classes_.tolist())}
             columns = np.array([index[name] for name in models])
         try:
-            probabilities = router.embedder_.predict_correctness(
-                router.embeddings_[columns], queries
-            )
+            # Every model, then the columns asked for: the library's answer to
+            # the bit (scoring a subset rounds the matrix product differently).
+            probabilities = router.predict_correctness(queries, query_groups)
         except (ValueError, TypeError, KeyError) as error:
             raise self._encoding_error(error, queries) from None
         return {
             "models": [str(name) for name in router.classes_[columns]],
             "queries": list(queries),
-            "p": probabilities.T.astype(np.float64).tolist(),
+            "p": probabilities[:, columns].astype(np.float64).tolist(),
         }
 
     def models(self):
@@ -288,13 +378,18 @@ class RouterService:
         Returns
         -------
         dict
+            ``{"status", "n_models", "groups", "write_back", "sklocus_version"}``;
+            ``groups`` lists the query groups the router has offsets for, None
+            when it was fitted without them.
         """
         from sklocus._versioning import __version__
 
         router = self._router
+        groups = router.groups_
         return {
             "status": "ok",
             "n_models": int(len(router.classes_)),
+            "groups": None if groups is None else [str(g) for g in groups],
             "write_back": self.write_back,
             "sklocus_version": __version__,
         }
@@ -330,7 +425,7 @@ class RouterService:
                 ) from None
         self._router = changed
 
-    def add_model(self, name, evaluations, cost=None):
+    def add_model(self, name, evaluations, cost=None, query_groups=None):
         """Onboard one model from its evaluations: one forward pass.
 
         Parameters
@@ -341,6 +436,13 @@ class RouterService:
             ``{query: score}``, scores in [0, 1].
         cost : float, default=None
             Required when the router has costs, refused otherwise.
+        query_groups : dict, default=None
+            ``{query: group}`` for evaluated queries, and only for them (a
+            query left out, or None, has no group), when the router was fitted
+            with query groups: the model's offsets for the router's groups are
+            fitted on its own evaluations (:meth:`~sklocus.LocusRouter.add_models`).
+            Without it the model gets no offsets; groups the router lacks are
+            ignored.
 
         Returns
         -------
@@ -355,6 +457,10 @@ class RouterService:
                 f"{len(evaluations):,} evaluations; at most {self.max_evaluations:,} "
                 "per onboarding",
             )
+        # The router's groups never change, so any snapshot can check these.
+        query_groups = self._check_evaluation_groups(
+            self._router, query_groups, evaluations
+        )
         with self._onboarding:
             snapshot = self._router
             self._check_new(snapshot, name, cost)
@@ -363,7 +469,10 @@ class RouterService:
             staged = copy.copy(snapshot)
             try:
                 staged.add_models(
-                    [evaluations], [name], cost=None if cost is None else [cost]
+                    [evaluations],
+                    [name],
+                    cost=None if cost is None else [cost],
+                    query_groups=query_groups,
                 )
             except (ValueError, TypeError, KeyError) as error:
                 raise self._encoding_error(error, evaluations, "evaluations") from None
