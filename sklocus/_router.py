@@ -13,6 +13,14 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted
 
+from sklocus._calibration import (
+    apply_calibration,
+    fit_calibration,
+    fit_new_offsets,
+    held_out_pairs,
+    in_both_halves,
+    split_halves,
+)
 from sklocus._embedder import LocusEmbedder
 from sklocus._groups import (
     apply_group_offsets,
@@ -26,6 +34,7 @@ from sklocus.encoders import as_query_list
 from sklocus.evaluations import (
     _first_bad_score,
     check_evaluation_sets,
+    query_sort_key,
     reusable,
     to_matrix,
 )
@@ -43,7 +52,9 @@ _TIE = 1e-6
 
 # Parameters added since the first release, with the value that reproduces what a
 # router pickled or saved before them did.
-ADDED_PARAMETERS = {"refine_steps": None, "group_shrinkage": 3.0}
+ADDED_PARAMETERS = {"refine_steps": None, "group_shrinkage": 3.0, "calibrate": False}
+# Fitted attributes added since, None in routers fitted before them.
+_CALIBRATION = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
 
 
 def check_cost(cost, names):
@@ -224,6 +235,18 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         they alone say. 3 was chosen among 1, 3, 10 and 30 on 8 pools of the Open
         LLM data (docs/tuning.md): routing with benchmark groups 0.857 at 64
         evaluations a model against 0.846 for 10, correctness level.
+    calibrate : bool, default=True
+        Fit LOCUS's predictions to the pool's own evaluations before routing
+        (:mod:`sklocus._calibration`): each model's evaluations are predicted
+        half from the other half, and on those held-out predictions the router
+        fits one slope for the pool's logits and one offset per model (shrunk
+        towards the pool's). Where LOCUS's differences between queries do not
+        hold (a benchmark its embedder never saw) the slope falls towards 0 and
+        each model is predicted near its own level, so the router is no worse
+        than each model's overall accuracy; where they hold, the slope stays
+        near 1 or above. It costs two more embeddings of each model, at ``fit``
+        and :meth:`add_models`. ``False`` routes with LOCUS's predictions as they
+        are.
 
     Attributes
     ----------
@@ -240,6 +263,13 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     group_offsets_ : ndarray of shape (n_models, n_groups), float32, or None
         Each model's logit offset for each group, added to LOCUS's prediction for
         queries whose group is given at prediction time.
+    calibration_slope_ : float or None
+        The pool calibration's slope ``b`` (``calibrate=True``): predictions are
+        ``model_offsets_ + b * logit`` on the logit scale.
+    calibration_intercept_ : float or None
+        The pool's offset, with which a new model's offset starts.
+    model_offsets_ : ndarray of shape (n_models,), float32, or None
+        Each model's calibrated offset.
 
     Examples
     --------
@@ -264,24 +294,31 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         "cost_weight": [Interval(numbers.Real, 0, None, closed="left")],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
+        "calibrate": ["boolean"],
     }
 
     def __init__(
-        self, embedder=None, cost_weight=0.0, refine_steps=50, group_shrinkage=3.0
+        self,
+        embedder=None,
+        cost_weight=0.0,
+        refine_steps=50,
+        group_shrinkage=3.0,
+        calibrate=True,
     ):
         self.embedder = embedder
         self.cost_weight = cost_weight
         self.refine_steps = refine_steps
         self.group_shrinkage = group_shrinkage
+        self.calibrate = calibrate
 
     def __setstate__(self, state):
         # Routers pickled before a parameter existed load with the value that
         # behaves as they did.
         for name, default in ADDED_PARAMETERS.items():
             state.setdefault(name, default)
-        if "embeddings_" in state:  # fitted before query groups existed
-            state.setdefault("groups_", None)
-            state.setdefault("group_offsets_", None)
+        if "embeddings_" in state:  # fitted before query groups or calibration
+            for name in ("groups_", "group_offsets_", *_CALIBRATION):
+                state.setdefault(name, None)
         super().__setstate__(state)
 
     def __sklearn_tags__(self):
@@ -362,10 +399,20 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.embeddings_ = self._embed(evaluation_sets)
         self.classes_ = names
         self.cost_ = cost
+        for name in _CALIBRATION:
+            setattr(self, name, None)
+        if self.calibrate:
+            held = self._held_out_logits(queries, scores)
+            levels = self._levels(self.embeddings_, queries, scores)
+            (
+                self.calibration_slope_,
+                self.calibration_intercept_,
+                self.model_offsets_,
+            ) = fit_calibration(*held, levels)
         self.groups_ = self.group_offsets_ = None
         if query_groups is not None:
             self.groups_, self.group_offsets_ = self._group_offsets(
-                self.embeddings_, queries, scores, query_groups
+                self.embeddings_, self.model_offsets_, queries, scores, query_groups
             )
         return self
 
@@ -380,13 +427,58 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             embedder.refine_steps = self.refine_steps
         return np.asarray(embedder.transform(evaluation_sets), dtype=np.float32)
 
-    def _group_offsets(self, embeddings, queries, scores, query_groups):
+    def _held_out_logits(self, queries, scores):
+        """Each model's evaluations predicted from an embedding of the other half.
+
+        What the pool calibration is fitted on (:mod:`sklocus._calibration`).
+        """
+        keys = [query_sort_key(query) for query in queries]
+        rank = np.empty(len(keys), dtype=np.int64)
+        rank[sorted(range(len(keys)), key=keys.__getitem__)] = np.arange(len(keys))
+        half = split_halves(~np.isnan(scores), rank)
+        both = in_both_halves(half)
+        embeddings = []
+        for h in (0, 1):
+            sets = [
+                {queries[i]: scores[i, j] for i in np.flatnonzero(half[:, j] == h)}
+                for j in np.flatnonzero(both)
+            ]
+            z = np.zeros((scores.shape[1], self.embeddings_.shape[1]), np.float32)
+            if sets:
+                z[both] = self._embed(sets)
+            embeddings.append(z)
+
+        def predict(h, rows):
+            chunk = [queries[i] for i in rows]
+            return self.embedder_.predict_correctness(embeddings[h], chunk).T
+
+        return held_out_pairs(predict, scores, half, _QUERY_CHUNK)
+
+    def _levels(self, embeddings, queries, scores):
+        """Each model's mean LOCUS logit on the queries it was evaluated on."""
+        total = np.zeros(scores.shape[1])
+        observed = ~np.isnan(scores)
+        for start in range(0, len(queries), _QUERY_CHUNK):
+            chunk = queries[start : start + _QUERY_CHUNK]
+            found = logits(self.embedder_.predict_correctness(embeddings, chunk).T)
+            seen = observed[start : start + len(chunk)]
+            total += np.where(seen, found, 0.0).sum(axis=0)
+        return total / np.maximum(observed.sum(axis=0), 1)
+
+    def _base_probabilities(self, embeddings, model_offsets, queries):
+        """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so."""
+        probabilities = self.embedder_.predict_correctness(embeddings, queries).T
+        if model_offsets is None:
+            return probabilities
+        return apply_calibration(probabilities, self.calibration_slope_, model_offsets)
+
+    def _group_offsets(self, embeddings, model_offsets, queries, scores, query_groups):
         """Fit per-group offsets of ``embeddings``' models on their own scores."""
         base = np.empty(scores.shape)
         for start in range(0, len(queries), _QUERY_CHUNK):
             chunk = queries[start : start + _QUERY_CHUNK]
-            probabilities = self.embedder_.predict_correctness(embeddings, chunk)
-            base[start : start + len(chunk)] = logits(probabilities.T)
+            probabilities = self._base_probabilities(embeddings, model_offsets, chunk)
+            base[start : start + len(chunk)] = logits(probabilities)
         return fit_group_offsets(base, scores, query_groups, self.group_shrinkage)
 
     # -- scoring queries ----------------------------------------------------------
@@ -398,9 +490,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         corrected = query_groups is not None and self.group_offsets_ is not None
         for start in range(0, len(queries), _QUERY_CHUNK):
             chunk = queries[start : start + _QUERY_CHUNK]
-            probabilities = self.embedder_.predict_correctness(
-                self.embeddings_, chunk
-            ).T
+            probabilities = self._base_probabilities(
+                self.embeddings_, self.model_offsets_, chunk
+            )
             if corrected:
                 probabilities = apply_group_offsets(
                     probabilities,
@@ -703,13 +795,18 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 "the router was fitted without query_groups; leave query_groups out"
             )
         embeddings = self._embed(evaluation_sets)
+        model_offsets = None
+        if self.model_offsets_ is not None:
+            model_offsets = self._new_calibration_offsets(embeddings, evaluation_sets)
         if self.group_offsets_ is not None:
             offsets = np.zeros((len(names), len(self.groups_)), dtype=np.float32)
             if query_groups is not None:
                 offsets = self._new_model_offsets(
-                    embeddings, evaluation_sets, query_groups
+                    embeddings, model_offsets, evaluation_sets, query_groups
                 )
             self.group_offsets_ = np.vstack([self.group_offsets_, offsets])
+        if model_offsets is not None:
+            self.model_offsets_ = np.concatenate([self.model_offsets_, model_offsets])
         self.embeddings_ = np.vstack([self.embeddings_, embeddings]).astype(np.float32)
         self.classes_ = np.concatenate(
             [self.classes_, np.asarray(names, dtype=self.classes_.dtype)]
@@ -718,7 +815,20 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             self.cost_ = np.concatenate([self.cost_, cost])
         return self
 
-    def _new_model_offsets(self, embeddings, evaluation_sets, query_groups):
+    def _new_calibration_offsets(self, embeddings, evaluation_sets):
+        """Calibration offsets of new models under the pool's fitted slope."""
+        scores, queries = to_matrix(evaluation_sets)
+        held = self._held_out_logits(queries, scores.T)
+        return fit_new_offsets(
+            *held,
+            self._levels(embeddings, queries, scores.T),
+            self.calibration_slope_,
+            self.calibration_intercept_,
+        )
+
+    def _new_model_offsets(
+        self, embeddings, model_offsets, evaluation_sets, query_groups
+    ):
         """Offsets for the router's groups of new models, from a query-to-group map."""
         if not hasattr(query_groups, "get"):
             raise TypeError(
@@ -733,7 +843,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         known = set(self.groups_.tolist())
         groups = np.array([g if g in known else None for g in groups], dtype=object)
         fitted_groups, offsets = self._group_offsets(
-            embeddings, queries, scores.T, groups
+            embeddings, model_offsets, queries, scores.T, groups
         )
         column = {label: j for j, label in enumerate(self.groups_)}
         out = np.zeros((len(evaluation_sets), len(self.groups_)), dtype=np.float32)
@@ -758,6 +868,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.embeddings_ = self.embeddings_[kept]
         if self.group_offsets_ is not None:
             self.group_offsets_ = self.group_offsets_[kept]
+        if self.model_offsets_ is not None:
+            self.model_offsets_ = self.model_offsets_[kept]
         self.classes_ = self.classes_[kept]
         if self.cost_ is not None:
             self.cost_ = self.cost_[kept]

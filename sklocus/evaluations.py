@@ -38,6 +38,11 @@ _DUPLICATE_RULES = ("error", "mean", "majority")
 _DENSE_PAIRS = 2**20
 
 
+def query_sort_key(query):
+    """Return a key that orders queries of any hashable kinds the same way."""
+    return type(query).__name__, repr(query)
+
+
 @dataclass(frozen=True, eq=False)
 class RaggedEvaluations:
     """Validated evaluation sets, flattened into arrays for batching.
@@ -92,7 +97,7 @@ class RaggedEvaluations:
         and of each set's evaluations. ``model_names`` are dropped: they follow no
         set after reordering.
         """
-        keys = [(type(query).__name__, repr(query)) for query in self.queries]
+        keys = [query_sort_key(query) for query in self.queries]
         query_order = sorted(range(len(keys)), key=keys.__getitem__)
         recode = np.empty(len(query_order), dtype=np.int64)
         recode[query_order] = np.arange(len(query_order))

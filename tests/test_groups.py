@@ -193,14 +193,23 @@ def test_routers_refine_the_pool_by_default_and_leave_the_embedder_alone(pool):
 
 def test_routers_pickled_before_the_new_parameters_behave_as_they_did(pool):
     embedder, queries, _, Y, train, test = pool
-    router = LocusRouter(FrozenEstimator(embedder), refine_steps=None)
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=None, calibrate=False)
     router.fit(list(queries[train]), Y.iloc[train])
     state = router.__getstate__()
-    for name in ("refine_steps", "group_shrinkage", "groups_", "group_offsets_"):
+    added = (
+        "refine_steps",
+        "group_shrinkage",
+        "calibrate",
+        "groups_",
+        "group_offsets_",
+    )
+    for name in (*added, "calibration_slope_", "calibration_intercept_"):
         del state[name]
+    del state["model_offsets_"]
     old = LocusRouter.__new__(LocusRouter)
     old.__setstate__(state)
     assert old.refine_steps is None and old.groups_ is None
+    assert old.calibrate is False and old.model_offsets_ is None
     np.testing.assert_array_equal(
         old.predict_correctness(list(queries[test])),
         router.predict_correctness(list(queries[test])),

@@ -68,6 +68,9 @@ FITTED = {
         "cost_": (Array("f", 1), NONE),
         "groups_": (Array("iuOU", 1), NONE),
         "group_offsets_": (FLOATS_2D, NONE),
+        "calibration_slope_": (float, NONE),
+        "calibration_intercept_": (float, NONE),
+        "model_offsets_": (Array("f", 1), NONE),
     },
     KCenterSelector: {**_SELECTED, "radius_": float},
     KMedoidsSelector: {**_SELECTED, "inertia_": float, "n_iter_": int},
@@ -82,7 +85,13 @@ FITTED = {
 # reproduces what those files did.
 ADDED = {
     LocusEmbedder: {"embedding_scale_": 1.0},
-    LocusRouter: {"groups_": None, "group_offsets_": None},
+    LocusRouter: {
+        "groups_": None,
+        "group_offsets_": None,
+        "calibration_slope_": None,
+        "calibration_intercept_": None,
+        "model_offsets_": None,
+    },
 }
 # Parameters that files of an older format lack, with the value that reproduces
 # what those files did (a class's default may have changed since).
@@ -156,6 +165,22 @@ def inconsistency(estimator):
             len(estimator.groups_),
         ):
             return f"group_offsets_ are not ({rows} models, {len(estimator.groups_)})"
+        calibration = (
+            estimator.calibration_slope_,
+            estimator.calibration_intercept_,
+            estimator.model_offsets_,
+        )
+        if len({value is None for value in calibration}) > 1:
+            return (
+                "calibration_slope_, calibration_intercept_ and model_offsets_ are "
+                "not given together"
+            )
+        if estimator.model_offsets_ is not None:
+            if estimator.model_offsets_.shape != (rows,):
+                return f"model_offsets_ do not give one offset per model ({rows})"
+            for name in ("calibration_slope_", "calibration_intercept_"):
+                if not np.isfinite(getattr(estimator, name)):
+                    return f"{name} is {getattr(estimator, name)}; a fit gives a number"
     elif isinstance(
         estimator, KCenterSelector | KMedoidsSelector | CoverageGreedySelector
     ):
