@@ -150,7 +150,7 @@ def report(path):
     """Print each setting's and fold's table: mean over pools, paired differences."""
     frame = pd.DataFrame([json.loads(line) for line in open(path) if line.strip()])
     for (setting, fold), part in frame.groupby(["setting", "fold"], sort=False):
-        print(f"\n{setting}, {fold} (pools {sorted(part['pool'].unique())})\n")
+        print(f"\n{setting}, {fold} (pools {sorted(part['pool'].unique().tolist())})\n")
         print("| method | n | " + " | ".join(METRICS) + " |")
         print("|---|---|" + "---|" * len(METRICS))
         for (method, n), cell in part.groupby(["method", "n"], sort=False):

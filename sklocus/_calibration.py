@@ -5,7 +5,7 @@ before routing: each model's evaluations are split in two halves, each half is
 predicted from an embedding of the other, and on these held-out logits ``l`` the
 router fits
 
-    logit' = c_m + b * (l - c_m) + a + d_m,
+    logit' = c_m + a + d_m + b * (l - mean of l over the model's half),
     d_m ~ N(0, 1 / shrinkage),    (b, a) ~ N((1, 0), 1 / prior)
 
 by MAP with ``b >= 0``, where ``c_m`` is the model's own level by LOCUS (its mean
@@ -69,15 +69,31 @@ def in_both_halves(half):
     return (half == 0).any(axis=0) & (half == 1).any(axis=0)
 
 
-def fit_calibration(held_logits, scores, models, levels):
+def _spread(held_logits, models, halves):
+    """Held-out logits less their mean over the same model and half.
+
+    Each half's embedding has a level of its own, and a half that went better than
+    the model's whole set leaves a worse one to predict: that complement would pull
+    the slope below what LOCUS's order of the queries earns. Within a half, only the
+    order counts.
+    """
+    x = np.asarray(held_logits, dtype=np.float64)
+    cell = 2 * np.asarray(models) + np.asarray(halves)
+    size = int(cell.max()) + 1 if len(cell) else 0
+    counts = np.bincount(cell, minlength=size)
+    means = np.bincount(cell, x, size) / np.maximum(counts, 1)
+    return x - means[cell]
+
+
+def fit_calibration(held_logits, scores, models, halves, levels):
     """MAP slope, pool offset and model offsets from held-out logits.
 
     Parameters
     ----------
     held_logits, scores : ndarray of shape (n_pairs,)
         LOCUS's held-out logit and the observed score of each pair.
-    models : ndarray of int, shape (n_pairs,)
-        The model of each pair.
+    models, halves : ndarray of int, shape (n_pairs,)
+        The model of each pair, and the half it was predicted from.
     levels : ndarray of shape (n_models,)
         Each model's level ``c_m``.
 
@@ -89,14 +105,13 @@ def fit_calibration(held_logits, scores, models, levels):
     offsets : ndarray of shape (n_models,), float32
         ``(1 - b) c_m + a + d_m``, added to ``b`` times a logit.
     """
-    x = np.asarray(held_logits, dtype=np.float64)
     y = np.asarray(scores, dtype=np.float64)
     levels = np.asarray(levels, dtype=np.float64)
     n_models = len(levels)
-    if not len(x):
+    if not len(y):
         return 1.0, 0.0, np.zeros(n_models, dtype=np.float32)
     level = levels[models]
-    spread = x - level
+    spread = _spread(held_logits, models, halves)
 
     def loss_and_gradient(theta):
         slope, intercept, deviation = theta[0], theta[1], theta[2:]
@@ -127,11 +142,11 @@ def fit_calibration(held_logits, scores, models, levels):
     # The offsets again, each model alone under the pool's slope and offset: the
     # optimum the joint fit reached within its tolerance, computed exactly as a
     # new model's is, so the same evaluations give the same offset.
-    offsets = fit_new_offsets(x, y, models, levels, slope, intercept)
+    offsets = fit_new_offsets(held_logits, y, models, halves, levels, slope, intercept)
     return slope, intercept, offsets
 
 
-def fit_new_offsets(held_logits, scores, models, levels, slope, intercept):
+def fit_new_offsets(held_logits, scores, models, halves, levels, slope, intercept):
     """Offsets of new models under the pool's fitted slope and offset.
 
     The arguments are as :func:`fit_calibration`'s; returns ``(n_models,)`` float32.
@@ -139,8 +154,7 @@ def fit_new_offsets(held_logits, scores, models, levels, slope, intercept):
     them all.
     """
     levels = np.asarray(levels, dtype=np.float64)
-    level = levels[models]
-    base = level + intercept + slope * (np.asarray(held_logits) - level)
+    base = levels[models] + intercept + slope * _spread(held_logits, models, halves)
     y = np.asarray(scores, dtype=np.float64)
     deviation = np.zeros(len(levels))
     for _ in range(_NEWTON_STEPS):
@@ -176,12 +190,14 @@ def held_out_pairs(predict, scores, half, chunk):
 
     Returns
     -------
-    held_logits, targets, models : ndarray of shape (n_pairs,)
-        Over the pairs of models with evaluations in both halves.
+    held_logits, targets, models, halves : ndarray of shape (n_pairs,)
+        Over the pairs of models with evaluations in both halves; ``halves`` is
+        the half each pair was predicted from.
     """
     both = in_both_halves(half)
     rows = np.flatnonzero((half >= 0)[:, both].any(axis=1))
-    found = [(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64))]
+    none = np.zeros(0, dtype=np.int64)
+    found = [(np.zeros(0), np.zeros(0), none, none)]
     for start in range(0, len(rows), chunk):
         block = rows[start : start + chunk]
         for h in (0, 1):
@@ -191,7 +207,11 @@ def held_out_pairs(predict, scores, half, chunk):
                 continue
             predicted = logits(predict(h, block))
             found.append(
-                (predicted[local, models], scores[block[local], models], models)
+                (
+                    predicted[local, models],
+                    scores[block[local], models],
+                    models,
+                    np.full(len(models), h),
+                )
             )
-    held_logits, targets, models = zip(*found)
-    return np.concatenate(held_logits), np.concatenate(targets), np.concatenate(models)
+    return tuple(np.concatenate(column) for column in zip(*found))

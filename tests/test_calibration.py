@@ -36,7 +36,9 @@ def test_calibration_recovers_the_slope_and_each_models_offset():
     offsets = np.array([-1.0, 0.0, 0.5, 1.5])
     for slope in (0.3, 1.0, 1.6):
         x, y, models = _draw(slope, offsets, 10_000)
-        fitted_slope, intercept, fitted = fit_calibration(x, y, models, np.zeros(4))
+        fitted_slope, intercept, fitted = fit_calibration(
+            x, y, models, 0 * models, np.zeros(4)
+        )
         assert abs(fitted_slope - slope) < 0.08
         np.testing.assert_allclose(fitted, offsets, atol=0.15)
         assert fitted.dtype == np.float32
@@ -45,11 +47,11 @@ def test_calibration_recovers_the_slope_and_each_models_offset():
 
 def test_few_pairs_keep_predictions_nearly_as_they_are():
     x, y, models = _draw(0.2, np.array([2.0, -2.0]), 3)
-    slope, intercept, offsets = fit_calibration(x, y, models, np.zeros(2))
+    slope, intercept, offsets = fit_calibration(x, y, models, 0 * models, np.zeros(2))
     assert 0.5 < slope < 1.5 and abs(intercept) < 0.5
     assert np.abs(offsets).max() < 1.0
     slope, intercept, offsets = fit_calibration(
-        np.zeros(0), np.zeros(0), np.zeros(0, int), np.ones(3)
+        np.zeros(0), np.zeros(0), np.zeros(0, int), np.zeros(0, int), np.ones(3)
     )
     assert (slope, intercept) == (1.0, 0.0)
     np.testing.assert_array_equal(offsets, np.zeros(3))
@@ -57,10 +59,12 @@ def test_few_pairs_keep_predictions_nearly_as_they_are():
 
 def test_new_offsets_are_shrunk_towards_the_pools():
     x, y, models = _draw(1.0, np.array([1.0]), 2000)
-    far = fit_new_offsets(x, y, models, np.zeros(1), slope=1.0, intercept=-1.0)
+    far = fit_new_offsets(
+        x, y, models, 0 * models, np.zeros(1), slope=1.0, intercept=-1.0
+    )
     assert abs(far[0] - 1.0) < 0.15
     few = fit_new_offsets(
-        x[:4], y[:4], models[:4], np.zeros(2), slope=1.0, intercept=-1.0
+        x[:4], y[:4], models[:4], 0 * models[:4], np.zeros(2), 1.0, -1.0
     )
     assert abs(few[0] + 1.0) < abs(far[0] + 1.0)
     assert few[1] == np.float32(-1.0)  # no pairs: the pool's offset
@@ -73,10 +77,26 @@ def test_a_slope_below_one_pulls_each_model_towards_its_level():
     models = np.repeat(np.arange(3), 3000)
     x = levels[models] + rng.normal(0.0, 2.0, len(models))
     y = (rng.random(len(models)) < 1 / (1 + np.exp(-levels[models]))).astype(float)
-    slope, _, offsets = fit_calibration(x, y, models, levels)
+    slope, _, offsets = fit_calibration(x, y, models, 0 * models, levels)
     assert abs(slope) < 0.1
     # A query at any logit is predicted near the model's own level.
     np.testing.assert_allclose(offsets + slope * levels, levels, atol=0.15)
+
+
+def test_a_half_that_went_better_does_not_pull_the_slope_down():
+    # Each half's embedding predicts the other half at a level of its own (a half
+    # that went well leaves a worse one to predict); within each half the order of
+    # the queries is right, and the slope must say so (1), not shrink with the
+    # levels' noise.
+    rng = np.random.default_rng(4)
+    models = np.repeat(np.arange(200), 40)
+    halves = np.tile(np.repeat([0, 1], 20), 200)
+    order = rng.normal(0.0, 1.5, len(models))
+    y = (rng.random(len(models)) < 1 / (1 + np.exp(-order))).astype(float)
+    shift = rng.normal(0.0, 1.0, 400)  # each (model, half)'s own level
+    x = order + shift[2 * models + halves]
+    slope, _, _ = fit_calibration(x, y, models, halves, np.zeros(200))
+    assert abs(slope - 1.0) < 0.15
 
 
 def test_apply_is_the_affine_map_on_the_logit_scale():
@@ -120,8 +140,9 @@ def test_held_out_pairs_predict_each_half_from_the_other():
     def predict(h, rows):
         return np.full((len(rows), 2), probability[h])
 
-    held, targets, models = held_out_pairs(predict, scores, half, chunk=4)
+    held, targets, models, halves = held_out_pairs(predict, scores, half, chunk=4)
     assert len(held) == 6 and (models == 0).all()  # model 1 has one evaluation
+    np.testing.assert_array_equal(np.sort(halves), np.sort(1 - half[:, 0]))
     expected = [logits(probability[1 - h]) for h in half[:, 0]]
     np.testing.assert_allclose(np.sort(held), np.sort(expected), rtol=1e-6)
     np.testing.assert_array_equal(targets, 1.0)
