@@ -235,18 +235,15 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         they alone say. 3 was chosen among 1, 3, 10 and 30 on 8 pools of the Open
         LLM data (docs/tuning.md): routing with benchmark groups 0.857 at 64
         evaluations a model against 0.846 for 10, correctness level.
-    calibrate : bool, default=True
+    calibrate : bool, default=False
         Fit LOCUS's predictions to the pool's own evaluations before routing
         (:mod:`sklocus._calibration`): each model's evaluations are predicted
         half from the other half, and on those held-out predictions the router
-        fits one slope for the pool's logits and one offset per model (shrunk
-        towards the pool's). Where LOCUS's differences between queries do not
-        hold (a benchmark its embedder never saw) the slope falls towards 0 and
-        each model is predicted near its own level, so the router is no worse
-        than each model's overall accuracy; where they hold, the slope stays
-        near 1 or above. It costs two more embeddings of each model, at ``fit``
-        and :meth:`add_models`. ``False`` routes with LOCUS's predictions as they
-        are.
+        fits one slope for the pool's logits (how far LOCUS's order of the queries
+        holds there, kept at 0 or above) and one offset per model, shrunk towards
+        the pool's. It costs two more embeddings of each model, at ``fit`` and
+        :meth:`add_models`. Off by default: on benchmarks the embedder never saw
+        it helped on some and hurt on others (docs/tuning.md).
 
     Attributes
     ----------
@@ -264,7 +261,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         Each model's logit offset for each group, added to LOCUS's prediction for
         queries whose group is given at prediction time.
     calibration_slope_ : float or None
-        The pool calibration's slope ``b`` (``calibrate=True``): predictions are
+        With ``calibrate=True``, the pool calibration's slope ``b``: predictions are
         ``model_offsets_ + b * logit`` on the logit scale.
     calibration_intercept_ : float or None
         The pool's offset, with which a new model's offset starts.
@@ -303,7 +300,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         cost_weight=0.0,
         refine_steps=50,
         group_shrinkage=3.0,
-        calibrate=True,
+        calibrate=False,
     ):
         self.embedder = embedder
         self.cost_weight = cost_weight

@@ -157,12 +157,12 @@ def trained():
     return data, embedder.fit(data.evaluation_sets)
 
 
-def test_a_router_calibrates_by_default_and_can_leave_predictions_alone(trained):
+def test_a_calibrated_router_applies_its_slope_and_offsets(trained):
     data, embedder = trained
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
-    assert router.calibrate is True
+    assert LocusRouter().calibrate is False
+    router = LocusRouter(FrozenEstimator(embedder), calibrate=True).fit(queries, Y)
     assert np.isfinite(router.calibration_slope_)
     assert router.model_offsets_.shape == (24,)
     plain = LocusRouter(FrozenEstimator(embedder), calibrate=False).fit(queries, Y)
@@ -189,8 +189,8 @@ def test_where_locus_differences_do_not_hold_models_fall_back_to_their_level(tra
     train, test = np.arange(200), np.arange(200, 300)
     Y = pd.DataFrame(scores[train], columns=[f"m{j}" for j in range(12)])
     chosen = [queries[i] for i in train]
-    router = LocusRouter(FrozenEstimator(embedder)).fit(chosen, Y)
-    plain = LocusRouter(FrozenEstimator(embedder), calibrate=False).fit(chosen, Y)
+    router = LocusRouter(FrozenEstimator(embedder), calibrate=True).fit(chosen, Y)
+    plain = LocusRouter(FrozenEstimator(embedder)).fit(chosen, Y)
     assert router.calibration_slope_ < 0.5
     held = [queries[i] for i in test]
     calibrated = router.predict_correctness(held)
@@ -208,7 +208,7 @@ def test_onboarded_and_removed_models_keep_their_offsets(trained, tmp_path):
     data, embedder = trained
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+    router = LocusRouter(FrozenEstimator(embedder), calibrate=True).fit(queries, Y)
     router.add_models([data.evaluation_sets[2]], ["copy of 2"])
     # The same evaluations give nearly the same offset: the joint fit and the
     # new model's Newton steps solve the same problem with the slope fixed.
