@@ -83,7 +83,20 @@ class _StopTraining(Callback):
         raise KeyboardInterrupt
 
 
-def test_ctrl_c_during_fit_is_raised_and_keeps_no_partial_model(data):
+@pytest.fixture
+def python_sigint():
+    """SIGINT as a Python session has it, whatever an earlier test left behind.
+
+    In the full suite an earlier test's library leaves another handler in place,
+    under which Ctrl-C never becomes a KeyboardInterrupt at all.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_fit_is_raised_and_keeps_no_partial_model(data, python_sigint):
     embedder = LocusEmbedder(
         query_encoder=data.encoder,
         **{**TINY_NETWORK, "max_epochs": 5},
@@ -96,7 +109,7 @@ def test_ctrl_c_during_fit_is_raised_and_keeps_no_partial_model(data):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_ctrl_c_during_fine_tuning_keeps_the_network_as_it_was(data):
+def test_ctrl_c_during_fine_tuning_keeps_the_network_as_it_was(data, python_sigint):
     embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     embedder.fit(data.evaluation_sets)
     before = embedder.transform(data.evaluation_sets)
