@@ -6,6 +6,7 @@ User errors, argument types, option groups, and the one way outputs are written.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 METRICS = ("euclidean", "cosine")
@@ -167,3 +168,8 @@ def add_metric_option(parser):
         help="distance between embeddings (default: euclidean, in units of a "
         "typical pair of training models)",
     )
+
+
+def say(message):
+    """Report progress on standard error, leaving standard output to the data."""
+    print(message, file=sys.stderr, flush=True)

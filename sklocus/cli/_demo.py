@@ -8,45 +8,11 @@ import time
 import numpy as np
 
 from sklocus._embedder import LocusEmbedder
-from sklocus.cli._common import integer_in
+from sklocus.cli._parsers import QUICK
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.geometry import nearest_models
 from sklocus.metrics import correctness_accuracy, routing_accuracy
-
-# --quick: a smaller pool and shorter training, for a first look in under a minute.
-QUICK = {
-    "n_models": 120,
-    "n_new": 20,
-    "n_queries": 800,
-    "max_epochs": 3,
-    "epoch_size": 1024,
-}
-
-
-def register(commands):
-    """Add ``demo`` to the subcommands."""
-    demo_parser = commands.add_parser(
-        "demo",
-        help="train, onboard and evaluate on built-in data",
-        description="Train an embedder on synthetic evaluations, onboard held-out "
-        "models with one forward pass each, and report their held-out correctness "
-        "and routing accuracy beside simple baselines, and a few models' nearest "
-        "neighbours (about two minutes on two CPU cores; --quick, under one).",
-    )
-    demo_parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK['n_models']} models, {QUICK['n_queries']} queries and at most "
-        f"{QUICK['max_epochs']} epochs",
-    )
-    demo_parser.add_argument(
-        "--seed", type=integer_in(0, 2**32 - 1), default=0, help="random seed"
-    )
-    demo_parser.add_argument(
-        "--epochs", type=integer_in(1), help="most training epochs (default: 4)"
-    )
-    demo_parser.set_defaults(run=run_demo)
 
 
 def run_demo(arguments):

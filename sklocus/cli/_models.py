@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -21,12 +20,8 @@ from sklocus._streaming import embed_parquet
 from sklocus.cli._common import (
     PARQUET,
     UserError,
-    add_output_option,
-    add_table_options,
-    add_vector_options,
-    integer_in,
-    non_negative_number,
     one_line,
+    say,
 )
 from sklocus.cli._tables import (
     MODEL,
@@ -53,141 +48,6 @@ _NOT_SETTABLE = {
     "module": "Python",
     "criterion": "Python",
 }
-
-
-def say(message):
-    """Report progress on standard error, leaving standard output to the data."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def register(commands):
-    """Add ``fit``, ``embed`` and ``route`` to the subcommands."""
-    fit = commands.add_parser(
-        "fit",
-        help="train an embedder on an evaluation table and save it",
-        description="Train a LocusEmbedder on the evaluations in EVALS and save it "
-        "with sklocus.save, a model file that loads without running code.",
-    )
-    fit.add_argument("evals", metavar="EVALS", help="the evaluations to train on")
-    fit.add_argument(
-        "-o",
-        "--output",
-        required=True,
-        metavar="FILE",
-        help="where to write the model file (.sklocus is a good suffix)",
-    )
-    add_table_options(fit)
-    encoding = add_vector_options(fit)
-    encoding.add_argument(
-        "--encoder",
-        default="all-MiniLM-L6-v2",
-        metavar="NAME",
-        help="sentence-transformers model (name or folder) that encodes query "
-        "texts when no vectors are given (default: all-MiniLM-L6-v2, installed "
-        "with sklocus)",
-    )
-    training = fit.add_argument_group("training")
-    training.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="set a LocusEmbedder parameter, e.g. --set n_latents=32 --set "
-        "max_epochs=5 (repeatable; values are Python literals or text)",
-    )
-    training.add_argument(
-        "--device", default="auto", help="auto (CUDA when available), cpu, cuda..."
-    )
-    training.add_argument(
-        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
-    )
-    training.add_argument(
-        "--quiet", action="store_true", help="print no line per training epoch"
-    )
-    fit.set_defaults(run=run_fit)
-
-    embed = commands.add_parser(
-        "embed",
-        help="embed every model of an evaluation table",
-        description="Embed each model of EVALS with the trained model in MODEL "
-        "(one forward pass per model, no training) and write one row per model: "
-        "model, n_evaluations and the vector's components z0, z1, ...",
-    )
-    embed.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
-    embed.add_argument("evals", metavar="EVALS", help="the evaluations to embed")
-    add_output_option(embed, required=True, what="the embedding table")
-    add_table_options(embed)
-    add_vector_options(embed)
-    embed.add_argument(
-        "--cost-column",
-        metavar="COL",
-        help="also write each model's cost: the mean of this column over its rows",
-    )
-    streaming = embed.add_argument_group(
-        "streaming",
-        "For tables that do not fit in memory: EVALS is a Parquet file or a folder "
-        "of them, sorted or partitioned by model, read a batch at a time.",
-    )
-    streaming.add_argument(
-        "--stream",
-        action="store_true",
-        help="embed batch by batch and write the Parquet output as it comes, in "
-        "flat memory",
-    )
-    streaming.add_argument(
-        "--batch-models",
-        type=integer_in(1),
-        default=1024,
-        metavar="N",
-        help="models embedded and written at a time with --stream (default: 1024)",
-    )
-    embed.set_defaults(run=run_embed)
-
-    route = commands.add_parser(
-        "route",
-        help="choose a model from a pool for each query",
-        description="Embed the pool of models in EVALS with MODEL, then write for "
-        "each query of QUERIES the chosen model and the top-k models with their "
-        "probability of a correct answer. QUERIES is a CSV or Parquet table with "
-        "the query column (and the text column, when given), or a .txt file of one "
-        "query per line.",
-    )
-    route.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
-    route.add_argument("evals", metavar="EVALS", help="the pool's evaluations")
-    route.add_argument("queries", metavar="QUERIES", help="the queries to route")
-    add_output_option(route, required=True, what="the routes")
-    add_table_options(route)
-    add_vector_options(route)
-    choice = route.add_argument_group("choice")
-    choice.add_argument(
-        "--top-k", type=integer_in(1), default=3, metavar="K", help="default: 3"
-    )
-    choice.add_argument(
-        "--exclude",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a model that is unavailable (repeatable)",
-    )
-    choice.add_argument(
-        "--cost-column",
-        metavar="COL",
-        help="each model's cost: the mean of this column over its rows of EVALS",
-    )
-    choice.add_argument(
-        "--group-column",
-        metavar="COL",
-        help="each query's benchmark, subject or category, a column of EVALS and "
-        "of QUERIES: the router corrects each model's predictions per group",
-    )
-    choice.add_argument(
-        "--cost-weight",
-        type=non_negative_number,
-        metavar="W",
-        help="probability traded against the most expensive model's cost "
-        "(with --cost-column)",
-    )
-    route.set_defaults(run=run_route)
 
 
 def parse_settings(settings):

@@ -26,8 +26,6 @@ from sklocus.cli._common import (
     table_kind,
     unknown_table,
 )
-from sklocus.datasets import load_evaluations
-from sklocus.encoders import PrecomputedEncoder
 from sklocus.evaluations import from_long
 
 # Columns of an embedding table besides the vector's z0, z1, ...
@@ -241,6 +239,10 @@ def _read_folder(path, arguments, cost_column):
         raise UserError(
             f"{path} is a folder; --cost-column reads a column of a long table"
         )
+    # The encoders import torch, which the geometry commands never need.
+    from sklocus.datasets import load_evaluations
+    from sklocus.encoders import PrecomputedEncoder
+
     encoder = getattr(arguments, "encoder", None) or "all-MiniLM-L6-v2"
     try:
         data = load_evaluations(path, encoder=encoder)
@@ -313,6 +315,8 @@ def read_query_vectors(arguments):
             f"{ids_path} lists {len(ids)} queries but {vectors_path} has "
             f"{len(vectors)} rows; give one query per row"
         )
+    from sklocus.encoders import PrecomputedEncoder  # imports torch: see _read_folder
+
     try:
         encoder = PrecomputedEncoder(ids, vectors).fit()
     except ValueError as error:

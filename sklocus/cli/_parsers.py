@@ -1,0 +1,475 @@
+"""The grammar of the ``sklocus`` command: every subcommand and its options.
+
+Kept apart from what the commands do, so that parsing (``--help``, ``--version``,
+a usage error) imports neither torch nor scikit-learn nor pandas: each parsed
+command names its handler as ``"module:function"`` of this package, which
+:func:`sklocus.cli.main` imports only then.
+"""
+
+from __future__ import annotations
+
+from sklocus._versioning import __version__
+from sklocus.cli._common import (
+    Parser,
+    add_metric_option,
+    add_output_option,
+    add_table_options,
+    add_vector_options,
+    integer_in,
+    non_negative_number,
+    positive_number,
+)
+
+DESCRIPTION = (
+    "LOCUS model embeddings from the shell. 'sklocus fit' trains an embedder on a "
+    "long table of evaluations (one row per model, query and score) and saves it; "
+    "'embed' and 'route' use it on a pool of models; 'neighbors', 'duplicates', "
+    "'clusters' and 'select' work on the embeddings; 'report' writes the model "
+    "map; 'serve' serves a router over HTTP; 'demo' runs the main job on built-in "
+    "data. 'sklocus COMMAND --help' lists a command's options."
+)
+# --quick: a smaller pool and shorter training, for a first look in under a minute.
+QUICK = {
+    "n_models": 120,
+    "n_new": 20,
+    "n_queries": 800,
+    "max_epochs": 3,
+    "epoch_size": 1024,
+}
+# Where ``sklocus serve`` reads its token when no --token-file is given.
+TOKEN_VARIABLE = "SKLOCUS_TOKEN"
+_EMBEDDINGS_HELP = "an embedding table from sklocus embed (.csv or .parquet)"
+
+
+def build_parser():
+    """Build the parser of the whole command line."""
+    parser = Parser(
+        prog="sklocus",
+        description=DESCRIPTION,
+        epilog="Progress bars are drawn only when standard error is a terminal.",
+    )
+    parser.add_argument("--version", action="version", version=f"sklocus {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Subcommand parsers are built by add_parser from the parent's class, so
+    # their usage errors are one line too.
+    for add in (
+        _add_model_commands,
+        _add_geometry_commands,
+        _add_report_command,
+        _add_serve_command,
+        _add_demo_command,
+    ):
+        add(commands)
+    return parser
+
+
+def _add_model_commands(commands):
+    """Add ``fit``, ``embed`` and ``route`` to the subcommands."""
+    fit = commands.add_parser(
+        "fit",
+        help="train an embedder on an evaluation table and save it",
+        description="Train a LocusEmbedder on the evaluations in EVALS and save it "
+        "with sklocus.save, a model file that loads without running code.",
+    )
+    fit.add_argument("evals", metavar="EVALS", help="the evaluations to train on")
+    fit.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="where to write the model file (.sklocus is a good suffix)",
+    )
+    add_table_options(fit)
+    encoding = add_vector_options(fit)
+    encoding.add_argument(
+        "--encoder",
+        default="all-MiniLM-L6-v2",
+        metavar="NAME",
+        help="sentence-transformers model (name or folder) that encodes query "
+        "texts when no vectors are given (default: all-MiniLM-L6-v2, installed "
+        "with sklocus)",
+    )
+    training = fit.add_argument_group("training")
+    training.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a LocusEmbedder parameter, e.g. --set n_latents=32 --set "
+        "max_epochs=5 (repeatable; values are Python literals or text)",
+    )
+    training.add_argument(
+        "--device", default="auto", help="auto (CUDA when available), cpu, cuda..."
+    )
+    training.add_argument(
+        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
+    )
+    training.add_argument(
+        "--quiet", action="store_true", help="print no line per training epoch"
+    )
+    fit.set_defaults(run="_models:run_fit")
+
+    embed = commands.add_parser(
+        "embed",
+        help="embed every model of an evaluation table",
+        description="Embed each model of EVALS with the trained model in MODEL "
+        "(one forward pass per model, no training) and write one row per model: "
+        "model, n_evaluations and the vector's components z0, z1, ...",
+    )
+    embed.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    embed.add_argument("evals", metavar="EVALS", help="the evaluations to embed")
+    add_output_option(embed, required=True, what="the embedding table")
+    add_table_options(embed)
+    add_vector_options(embed)
+    embed.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="also write each model's cost: the mean of this column over its rows",
+    )
+    streaming = embed.add_argument_group(
+        "streaming",
+        "For tables that do not fit in memory: EVALS is a Parquet file or a folder "
+        "of them, sorted or partitioned by model, read a batch at a time.",
+    )
+    streaming.add_argument(
+        "--stream",
+        action="store_true",
+        help="embed batch by batch and write the Parquet output as it comes, in "
+        "flat memory",
+    )
+    streaming.add_argument(
+        "--batch-models",
+        type=integer_in(1),
+        default=1024,
+        metavar="N",
+        help="models embedded and written at a time with --stream (default: 1024)",
+    )
+    embed.set_defaults(run="_models:run_embed")
+
+    route = commands.add_parser(
+        "route",
+        help="choose a model from a pool for each query",
+        description="Embed the pool of models in EVALS with MODEL, then write for "
+        "each query of QUERIES the chosen model and the top-k models with their "
+        "probability of a correct answer. QUERIES is a CSV or Parquet table with "
+        "the query column (and the text column, when given), or a .txt file of one "
+        "query per line.",
+    )
+    route.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    route.add_argument("evals", metavar="EVALS", help="the pool's evaluations")
+    route.add_argument("queries", metavar="QUERIES", help="the queries to route")
+    add_output_option(route, required=True, what="the routes")
+    add_table_options(route)
+    add_vector_options(route)
+    choice = route.add_argument_group("choice")
+    choice.add_argument(
+        "--top-k", type=integer_in(1), default=3, metavar="K", help="default: 3"
+    )
+    choice.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a model that is unavailable (repeatable)",
+    )
+    choice.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="each model's cost: the mean of this column over its rows of EVALS",
+    )
+    choice.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's benchmark, subject or category, a column of EVALS and "
+        "of QUERIES: the router corrects each model's predictions per group",
+    )
+    choice.add_argument(
+        "--cost-weight",
+        type=non_negative_number,
+        metavar="W",
+        help="probability traded against the most expensive model's cost "
+        "(with --cost-column)",
+    )
+    route.set_defaults(run="_models:run_route")
+
+
+def _add_geometry_commands(commands):
+    """Add the geometry subcommands."""
+    neighbors = commands.add_parser(
+        "neighbors",
+        help="list each model's nearest models",
+        description="List each model's k nearest other models, nearest first: its "
+        "substitutes.",
+    )
+    neighbors.add_argument("embeddings", metavar="EMBEDDINGS", help=_EMBEDDINGS_HELP)
+    neighbors.add_argument(
+        "-k", type=integer_in(1), default=5, help="neighbours per model (default: 5)"
+    )
+    neighbors.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="list only this model's neighbours (repeatable; default: every model)",
+    )
+    add_metric_option(neighbors)
+    add_output_option(neighbors, required=False, what="the neighbours")
+    neighbors.set_defaults(run="_geometry:run_neighbors")
+
+    duplicates = commands.add_parser(
+        "duplicates",
+        help="list pairs of models that behave alike",
+        description="List the pairs of models closer than a threshold, closest first.",
+    )
+    duplicates.add_argument("embeddings", metavar="EMBEDDINGS", help=_EMBEDDINGS_HELP)
+    duplicates.add_argument(
+        "--threshold",
+        type=positive_number,
+        metavar="T",
+        help="report pairs closer than this (default: 1e-4 for the euclidean "
+        "metric, which flags models whose evaluations are identical; required for "
+        "cosine)",
+    )
+    add_metric_option(duplicates)
+    add_output_option(duplicates, required=False, what="the pairs")
+    duplicates.set_defaults(run="_geometry:run_duplicates")
+
+    clusters = commands.add_parser(
+        "clusters",
+        help="group models into families",
+        description="Cluster the models hierarchically (average linkage).",
+    )
+    clusters.add_argument("embeddings", metavar="EMBEDDINGS", help=_EMBEDDINGS_HELP)
+    cut = clusters.add_mutually_exclusive_group(required=True)
+    cut.add_argument("--n-clusters", type=integer_in(1), metavar="K")
+    cut.add_argument(
+        "--distance-threshold",
+        type=positive_number,
+        metavar="D",
+        help="cut where clusters are farther apart than this",
+    )
+    add_metric_option(clusters)
+    add_output_option(clusters, required=False, what="each model's cluster")
+    clusters.set_defaults(run="_geometry:run_clusters")
+
+    select = commands.add_parser(
+        "select",
+        help="choose a portfolio of models that covers the pool",
+        description="Choose a few models that cover the pool: k-center (farthest "
+        "first), k-medoids, or coverage-greedy under a budget, with costs from a "
+        "column of the embedding table.",
+    )
+    select.add_argument("embeddings", metavar="EMBEDDINGS", help=_EMBEDDINGS_HELP)
+    select.add_argument(
+        "--method",
+        choices=("k-center", "k-medoids", "coverage"),
+        default="k-center",
+        help="default: k-center",
+    )
+    select.add_argument(
+        "--n-selected",
+        type=integer_in(1),
+        metavar="N",
+        help="models to choose (k-center, k-medoids)",
+    )
+    select.add_argument(
+        "--budget",
+        type=positive_number,
+        metavar="B",
+        help="largest total cost (coverage); with no --cost-column, a number of models",
+    )
+    select.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="each model's cost, a column of EMBEDDINGS (coverage)",
+    )
+    add_metric_option(select)
+    add_output_option(select, required=False, what="the chosen models")
+    select.set_defaults(run="_geometry:run_select")
+
+
+def _add_report_command(commands):
+    """Add ``report`` to the subcommands."""
+    report = commands.add_parser(
+        "report",
+        help="write an interactive map of a pool of models (one HTML file)",
+        description="Embed the models of EVALS with MODEL and write the model map: "
+        "one self-contained HTML file, working offline, with a 3-D map of the "
+        "embeddings, each model's accuracy by group, neighbours and "
+        "near-duplicates, portfolios with their routing accuracy on held-out "
+        "queries, and how an embedding converges as evaluations are added. "
+        "Needs plotly (pip install 'sklocus[report]').",
+    )
+    report.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    report.add_argument("evals", metavar="EVALS", help="the pool's evaluations")
+    report.add_argument(
+        "-o", "--output", required=True, metavar="FILE.html", help="the page to write"
+    )
+    add_table_options(report)
+    add_vector_options(report)
+    page = report.add_argument_group("the map")
+    page.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's group (benchmark, subject...), for accuracy by group",
+    )
+    page.add_argument(
+        "--metadata-column",
+        action="append",
+        default=[],
+        metavar="COL",
+        help="a per-model column to show, such as parameters or family (repeatable)",
+    )
+    page.add_argument(
+        "--colour",
+        default="cluster",
+        metavar="COL",
+        help="colour by cluster (default) or by a --metadata-column",
+    )
+    page.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="each model's cost, such as its parameters: the portfolio panel "
+        "then also offers coverage within a budget (models with no value are "
+        "left out of those portfolios)",
+    )
+    page.add_argument(
+        "--test-queries",
+        metavar="FILE",
+        help="held-out queries, one per line: left out of the embeddings, and "
+        "where the portfolios' routing accuracy is measured",
+    )
+    page.add_argument(
+        "--n-clusters", type=integer_in(1), default=8, metavar="K", help="default: 8"
+    )
+    page.add_argument("--title", default="Model map", help="the page's title")
+    report.set_defaults(run="_report:run_report")
+
+
+def _add_serve_command(commands):
+    """Add ``serve`` to the subcommands."""
+    serve = commands.add_parser(
+        "serve",
+        help="serve a router over HTTP (POST /route, /predict, /models)",
+        description="Serve the router in MODEL over HTTP until interrupted: POST "
+        "/route routes queries, POST /predict gives P(correct), POST /models "
+        "onboards a model from its evaluations and DELETE /models/NAME retires "
+        "one, GET /models and GET /health say what is served, and /docs is the "
+        "OpenAPI page. MODEL is a router saved with sklocus.save, or an embedder "
+        "from sklocus fit with EVALS, the pool to route among. Needs the serve "
+        "extra (pip install 'sklocus[serve]'). With a token (the environment "
+        f"variable {TOKEN_VARIABLE}, or --token-file), onboarding and removal "
+        "need the header 'Authorization: Bearer TOKEN'.",
+    )
+    serve.add_argument(
+        "model", metavar="MODEL", help="a router file, or an embedder file with EVALS"
+    )
+    serve.add_argument(
+        "evals",
+        metavar="EVALS",
+        nargs="?",
+        help="the pool's evaluations, when MODEL is an embedder",
+    )
+    add_table_options(serve)
+    add_vector_options(serve)
+    server = serve.add_argument_group("server")
+    server.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+    server.add_argument(
+        "--port", type=integer_in(0, 65535), default=8000, help="default: 8000"
+    )
+    server.add_argument(
+        "--write-back",
+        action="store_true",
+        help="save the router after each onboarding or removal, atomically, to "
+        "MODEL (a router file) or to --router-file",
+    )
+    server.add_argument(
+        "--router-file",
+        metavar="FILE",
+        help="with EVALS: save the router built from MODEL and EVALS here before "
+        "serving (and after each change, with --write-back)",
+    )
+    server.add_argument(
+        "--cost-column",
+        metavar="COL",
+        help="with EVALS: each model's cost, the mean of this column over its rows",
+    )
+    server.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="with EVALS: each query's benchmark, subject or category, a column of "
+        "EVALS, read as text: the router corrects each model's predictions per "
+        "group, and requests may give query_groups",
+    )
+    server.add_argument(
+        "--cost-weight",
+        type=non_negative_number,
+        default=0.0,
+        metavar="W",
+        help="with EVALS: the router's weight of cost (default: 0; a request can "
+        "give its own)",
+    )
+    server.add_argument(
+        "--max-batch",
+        type=integer_in(1),
+        default=256,
+        metavar="N",
+        help="most queries or models one request may name (default: 256)",
+    )
+    server.add_argument(
+        "--max-evaluations",
+        type=integer_in(1),
+        default=50_000,
+        metavar="N",
+        help="most evaluations one onboarding (POST /models) may give (default: 50000)",
+    )
+    server.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="a file holding the token that onboarding and removal require as "
+        f"'Authorization: Bearer TOKEN' (default: the environment variable "
+        f"{TOKEN_VARIABLE}, if set; no token otherwise). Never give the token "
+        "itself on the command line, where other users can read it",
+    )
+    server.add_argument(
+        "--max-body-mb",
+        type=non_negative_number,
+        default=8.0,
+        metavar="MB",
+        help="largest request body in MiB (default: 8)",
+    )
+    server.add_argument(
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default="info",
+        help="uvicorn's log level; 'info' logs each request (default: info)",
+    )
+    serve.set_defaults(run="_serve:run_serve")
+
+
+def _add_demo_command(commands):
+    """Add ``demo`` to the subcommands."""
+    demo_parser = commands.add_parser(
+        "demo",
+        help="train, onboard and evaluate on built-in data",
+        description="Train an embedder on synthetic evaluations, onboard held-out "
+        "models with one forward pass each, and report their held-out correctness "
+        "and routing accuracy beside simple baselines, and a few models' nearest "
+        "neighbours (about two minutes on two CPU cores; --quick, under one).",
+    )
+    demo_parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK['n_models']} models, {QUICK['n_queries']} queries and at most "
+        f"{QUICK['max_epochs']} epochs",
+    )
+    demo_parser.add_argument(
+        "--seed", type=integer_in(0, 2**32 - 1), default=0, help="random seed"
+    )
+    demo_parser.add_argument(
+        "--epochs", type=integer_in(1), help="most training epochs (default: 4)"
+    )
+    demo_parser.set_defaults(run="_demo:run_demo")
