@@ -16,6 +16,9 @@ from sklocus.cli import main
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 
+# Most tests drive the command in fresh processes around a trained model file.
+pytestmark = pytest.mark.slow
+
 # A small network, so that fit takes seconds.
 TINY = ["--set", "embedding_dim=16", "--set", "n_latents=4", "--set", "max_epochs=1"]
 TINY += ["--set", "epoch_size=128", "--random-state", "0", "--quiet"]

@@ -23,6 +23,9 @@ from sklocus.dask import check_partitioned_by_model, embed_dask, partition_by_mo
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import from_long
 
+# Starts local Dask clusters of worker processes.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def trained():

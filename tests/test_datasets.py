@@ -116,6 +116,7 @@ def test_make_evaluations_default_size_fits_few_queries():
     assert {len(s) for s in many.evaluation_sets} == {256}
 
 
+@pytest.mark.slow
 def test_load_evaluations_reads_the_shared_data(openllm_path):
     data = load_evaluations(openllm_path)
     assert len(data.evaluation_sets) == len(data.model_names) == 5949

@@ -14,6 +14,9 @@ import pytest
 
 import sklocus
 
+# Builds the whole documentation with Sphinx.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # Modules whose public names the API reference documents, beside sklocus itself.

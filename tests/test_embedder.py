@@ -227,6 +227,7 @@ def test_inference_precision_set_after_fit_is_checked(fitted, data):
         wrong.transform(data.evaluation_sets[:2])
 
 
+@pytest.mark.slow
 def test_score_is_a_deterministic_held_out_log_likelihood(fitted, data, trained):
     score = fitted.score(data.evaluation_sets)
     assert score < 0.0
@@ -364,6 +365,7 @@ def test_clone_and_nested_params(data):
     assert not hasattr(twin, "net_")
 
 
+@pytest.mark.slow
 def test_joblib_round_trip_in_a_fresh_process(fitted, data, tmp_path):
     path = tmp_path / "embedder.joblib"
     joblib.dump(fitted, path)
@@ -657,6 +659,7 @@ def test_fine_tuning_refuses_another_architecture(fitted, data):
         changed.fit(data.evaluation_sets[:12])
 
 
+@pytest.mark.slow
 def test_fine_tuned_embedder_round_trips_through_joblib_in_a_fresh_process(
     fine_tuned, data, tmp_path
 ):
@@ -790,6 +793,7 @@ def test_small_pools_validate_every_model_on_held_out_queries(data, settings, it
     assert np.isfinite(embedder.history_[-1]["valid_loss"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n_models, evaluations, epochs, draws",
     [

@@ -169,6 +169,7 @@ def test_threads_sharing_a_fitted_estimator_get_the_serial_outputs(case, data):
         np.testing.assert_array_equal(result, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_cross_validation_in_worker_processes_matches_the_serial_run(case, data):
     estimator, fit_args, _ = CASES[case](data)

@@ -19,7 +19,7 @@ SCRIPTS = sorted(EXAMPLES.glob("*.py")) + sorted(EXAMPLES.glob("*.sh"))
 # Far above any example's run time: a hung example fails instead of stalling.
 TIMEOUT_S = 600
 
-pytestmark = pytest.mark.examples
+pytestmark = [pytest.mark.examples, pytest.mark.slow]
 
 
 def _number(output, label):

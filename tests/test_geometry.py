@@ -226,6 +226,7 @@ def _precision_recall(pairs, planted):
     return precision, len(found & planted) / len(planted)
 
 
+@pytest.mark.slow
 def test_stable_duplicates_recover_the_planted_duplicates(embedded):
     from sklocus.geometry import stable_duplicates
 
@@ -250,6 +251,7 @@ def test_stable_duplicates_recover_the_planted_duplicates(embedded):
     assert precision >= 0.9
 
 
+@pytest.mark.slow
 def test_clusters_recover_the_families(embedded):
     from sklearn.metrics import adjusted_rand_score
 
@@ -260,6 +262,7 @@ def test_clusters_recover_the_families(embedded):
     assert adjusted_rand_score(data.families, labels) > 0.5  # chance is 0
 
 
+@pytest.mark.slow
 def test_search_by_profile_finds_models_with_that_profile(embedded):
     from sklocus.geometry import search_by_profile
 
@@ -292,6 +295,7 @@ def test_search_by_profile_finds_models_with_that_profile(embedded):
     assert np.mean(found_error) < 0.4 * np.mean(typical_error)
 
 
+@pytest.mark.slow
 def test_distance_tracks_disagreement(embedded):
     from sklocus.evaluations import to_matrix
     from sklocus.geometry import disagreement_correlation

@@ -122,6 +122,7 @@ def _check_in_fresh_process(paths, expected, reader, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
+@pytest.mark.slow
 def test_every_estimator_round_trips_bit_identically_in_a_fresh_process(
     fitted, data, tmp_path
 ):
@@ -131,6 +132,7 @@ def test_every_estimator_round_trips_bit_identically_in_a_fresh_process(
     _check_in_fresh_process(paths, _expected(fitted, data), "sklocus.load", tmp_path)
 
 
+@pytest.mark.slow
 def test_every_estimator_round_trips_through_joblib_in_a_fresh_process(
     fitted, data, tmp_path
 ):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from sklearn.neighbors import NearestNeighbors
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
 # Software WebGL: the test machines have no GPU, and plotly's 3-D scatter needs WebGL.

@@ -264,6 +264,7 @@ def test_frozen_embedder_only_embeds(router, problem):
     np.testing.assert_array_equal(frozen.predict(test), router.predict(test))
 
 
+@pytest.mark.slow
 def test_joblib_round_trip_in_a_fresh_process(router, problem, tmp_path):
     _, _, _, test, _ = problem
     path = tmp_path / "router.joblib"
@@ -306,6 +307,7 @@ def test_concurrent_predict_matches_serial(router, problem):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_grid_search_and_cross_val_score_over_queries(problem):
     data, train, Y, *_ = problem
     router = LocusRouter(

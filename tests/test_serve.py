@@ -40,6 +40,9 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from sklocus.serve import RouterService, create_app  # noqa: E402
 
+# Most tests start the HTTP server in a process of its own.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def pool():
