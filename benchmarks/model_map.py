@@ -80,7 +80,7 @@ def main():
         data.evaluation_sets,
         query_groups=groups,
         metadata=metadata,
-        colour="arch",
+        color="arch",
         test_queries=test,
         cost="params_b",
         title=f"The Open LLM Leaderboard: {len(data.model_names):,} models",

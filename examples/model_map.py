@@ -42,14 +42,14 @@ if folder:
     # which leaves those models out of the portfolios within a budget.
     metadata = data.models[["params_b", "arch"]]
     metadata = metadata.assign(params_b=metadata["params_b"].where(lambda p: p > 0))
-    colour = "arch"
+    color = "arch"
 else:
     data = make_evaluations(n_models=300, n_queries=800, random_state=0)
     names, sets, encoder = data.model_names, data.evaluation_sets, data.encoder
     groups = {q: f"benchmark {b}" for q, b in zip(data.query_ids, data.benchmarks)}
     test = data.query_ids[640:]
     metadata = pd.DataFrame({"params_b": data.params_b, "family": data.families})
-    colour = "cluster"
+    color = "cluster"
 print(f"{len(names)} models, {len(test)} test queries")
 
 # %%
@@ -88,7 +88,7 @@ path = write_map(
     sets,
     query_groups=groups,
     metadata=metadata,
-    colour=colour,
+    color=color,
     test_queries=test,
     cost="params_b",  # portfolios within a parameter budget, too
     title="A pool of models",

@@ -419,7 +419,7 @@ def test_report_writes_the_model_map(workspace, capsys):
             "benchmark",
             "--metadata-column",
             "params",
-            "--colour",
+            "--color",
             "params",
             "--test-queries",
             "test.txt",
@@ -436,7 +436,7 @@ def test_report_writes_the_model_map(workspace, capsys):
     shown = json.loads(raw.replace("<\\/", "</"))
     assert shown["models"] == data.model_names
     assert shown["groups"] == [str(b) for b in range(5)]
-    assert shown["colour"]["by"] == "params"
+    assert shown["color"]["by"] == "params"
     assert shown["portfolio"]["full_pool"] is not None
     budgets = shown["portfolio"]["budgets"]
     assert budgets["by"] == "params" and budgets["n_priced"] == 30

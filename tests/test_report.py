@@ -61,8 +61,8 @@ def test_the_page_data_is_json_with_one_entry_per_model(pool):
     n = len(data.model_names)
     assert page["models"] == data.model_names
     assert np.shape(page["xyz"]) == (n, 3)
-    assert len(page["colour"]["values"]) == n
-    assert max(page["colour"]["values"]) < len(page["colour"]["labels"])
+    assert len(page["color"]["values"]) == n
+    assert max(page["color"]["values"]) < len(page["color"]["labels"])
     sizes = [None if i in (3, 17) else p for i, p in enumerate(data.params_b)]
     assert page["metadata"]["params_b"] == pytest.approx(sizes)
     assert page["groups"] == [f"benchmark {b}" for b in range(5)]
@@ -74,7 +74,7 @@ def test_neighbours_are_the_nearest_with_their_disagreement(pool):
     indices, distances = nearest_models(Z, k=10)
     scores, _ = to_matrix(data.evaluation_sets)
     for i in (0, 7):
-        listed = page["neighbours"][i]
+        listed = page["neighbors"][i]
         assert [j for j, *_ in listed] == indices[i].tolist()
         assert [d for _, d, _ in listed] == pytest.approx(distances[i], abs=1e-4)
         j = listed[0][0]
@@ -155,20 +155,20 @@ def test_convergence_shrinks_as_evaluations_are_added(pool):
     assert means[0] > means[1] > means[2]
 
 
-def test_colour_by_a_metadata_column():
+def test_color_by_a_metadata_column():
     Z = np.random.default_rng(0).normal(size=(30, 4))
     names = [f"m{i}" for i in range(30)]
     family = pd.DataFrame({"family": ["a", "b", "c"] * 10, "size": np.arange(30.0)})
-    page = map_data(Z, names, metadata=family, colour="family")
-    assert page["colour"] == {
+    page = map_data(Z, names, metadata=family, color="family")
+    assert page["color"] == {
         "by": "family",
         "values": [0, 1, 2] * 10,
         "labels": ["a", "b", "c"],
     }
-    by_size = map_data(Z, names, metadata=family, colour="size")["colour"]
+    by_size = map_data(Z, names, metadata=family, color="size")["color"]
     assert len(by_size["labels"]) == 5  # many numbers: quantiles
     many = family.assign(name=[f"n{i % 15}" if i < 15 else "n0" for i in range(30)])
-    by_name = map_data(Z, names, metadata=many, colour="name")["colour"]
+    by_name = map_data(Z, names, metadata=many, color="name")["color"]
     assert len(by_name["labels"]) == 12 and "other" in by_name["labels"]
     assert page["n_evaluations"] is None and page["convergence"] is None
     assert page["portfolio"]["full_pool"] is None
@@ -180,8 +180,8 @@ def test_colour_by_a_metadata_column():
         ({"model_names": ["a", "b"]}, "got 6 embeddings but 2 model names"),
         ({"model_names": ["a"] * 6}, "model 'a' is named twice"),
         ({"metadata": pd.DataFrame({"x": [1]})}, "metadata has 1 rows"),
-        ({"colour": "size"}, "colour='size' is neither 'cluster' nor a metadata"),
-        ({"n_neighbours": 0}, "n_neighbours=0 must be at least 1"),
+        ({"color": "size"}, "color='size' is neither 'cluster' nor a metadata"),
+        ({"n_neighbors": 0}, "n_neighbors=0 must be at least 1"),
         ({"cost": "params"}, "cost='params' is not a metadata column"),
         ({"cost": [1, 2, 3]}, r"cost has shape \(3,\); give one cost per model \(6\)"),
         ({"cost": [1, 2, -1, 1, 1, 1]}, "model 'm2' has cost -1.0; costs must be"),

@@ -65,7 +65,7 @@ def make_map_data(n_models, *, random_state=0, k_neighbours=5):
         "sklocus_version": "9.8.7",
         "models": models,
         "xyz": xyz.tolist(),
-        "colour": {
+        "color": {
             "by": "cluster",
             "values": (np.arange(n_models) % 3).tolist(),
             "labels": ["cluster 0", "cluster 1", "cluster 2"],
@@ -77,7 +77,7 @@ def make_map_data(n_models, *, random_state=0, k_neighbours=5):
         },
         "groups": groups,
         "accuracy": accuracy,
-        "neighbours": neighbours,
+        "neighbors": neighbours,
         "duplicates": duplicates,
         "portfolio": {
             "max_k": max_k,
@@ -220,12 +220,12 @@ def test_clicking_a_point_shows_its_neighbours(map_page, data):
     assert map_page.dataset("selected") == "7"
     assert map_page.page.inner_text("#model-name") == data["models"][7]
     rows = map_page.page.locator("#neighbours tbody tr")
-    expected = [j for j, _, _ in data["neighbours"][7]]
+    expected = [j for j, _, _ in data["neighbors"][7]]
     assert [
         int(rows.nth(r).get_attribute("data-model")) for r in range(rows.count())
     ] == expected
     first = rows.nth(0).locator("td")
-    j, distance, disagreement = data["neighbours"][7][0]
+    j, distance, disagreement = data["neighbors"][7][0]
     assert first.nth(0).inner_text() == data["models"][j]
     assert first.nth(1).inner_text() == f"{distance:.3f}"
     shown = "—" if disagreement is None else f"{100 * disagreement:.1f}%"
@@ -240,7 +240,7 @@ def test_clicking_a_point_shows_its_neighbours(map_page, data):
 
 def test_clicking_a_neighbour_moves_the_selection(map_page, data):
     map_page.evaluate("i => window.sklocusMap.select(i)", 10)
-    j = data["neighbours"][10][2][0]
+    j = data["neighbors"][10][2][0]
     map_page.page.click(f"#neighbours tbody tr[data-model='{j}']")
     assert map_page.dataset("selected") == str(j)
     # The highlight trace moved to the neighbour; the main trace is untouched.

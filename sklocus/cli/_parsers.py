@@ -320,7 +320,7 @@ def _add_report_command(commands):
         help="a per-model column to show, such as parameters or family (repeatable)",
     )
     page.add_argument(
-        "--colour",
+        "--color",
         default="cluster",
         metavar="COL",
         help="colour by cluster (default) or by a --metadata-column",

@@ -24,11 +24,11 @@ def run_report(arguments):
     from sklocus.report import write_map
 
     output = Path(arguments.output)
-    if arguments.colour != "cluster" and arguments.colour not in (
+    if arguments.color != "cluster" and arguments.color not in (
         arguments.metadata_column
     ):
         raise UserError(
-            f"argument --colour: {arguments.colour!r} is not 'cluster' or one of the "
+            f"argument --color: {arguments.color!r} is not 'cluster' or one of the "
             f"--metadata-column columns {arguments.metadata_column}"
         )
     try:
@@ -66,7 +66,7 @@ def run_report(arguments):
             evaluations.sets,
             query_groups=groups,
             metadata=metadata,
-            colour=arguments.colour,
+            color=arguments.color,
             test_queries=test_queries,
             cost=arguments.cost_column,
             n_clusters=arguments.n_clusters,

@@ -29,7 +29,7 @@ def write_map(
     *,
     query_groups=None,
     metadata=None,
-    colour=None,
+    color=None,
     test_queries=None,
     title="Model map",
     **options,
@@ -47,7 +47,7 @@ def write_map(
         The models, in the order of ``evaluation_sets`` or of the embeddings.
     evaluation_sets : sequence of mappings, default=None
         Each model's ``{query: score}``; required with an embedder.
-    query_groups, metadata, colour, test_queries, title, **options
+    query_groups, metadata, color, test_queries, title, **options
         As for :func:`map_data`.
 
     Returns
@@ -83,7 +83,7 @@ def write_map(
         embedder=embedder,
         query_groups=query_groups,
         metadata=metadata,
-        colour=colour,
+        color=color,
         test_queries=test_queries,
         title=title,
         **options,

@@ -56,21 +56,21 @@ def _projection(Z, random_state):
     return xyz
 
 
-def _colour(Z, metadata, colour, n_clusters):
+def _color(Z, metadata, color, n_clusters):
     """Each model's colour: its cluster, or its value of a metadata column."""
-    if colour is None or colour == "cluster":
+    if color is None or color == "cluster":
         n = min(n_clusters, len(Z))
         if n < 2:
             return {"by": "cluster", "values": [0] * len(Z), "labels": ["cluster 1"]}
         labels, _ = cluster_models(Z, n_clusters=n)
         names = [f"cluster {c + 1}" for c in range(labels.max() + 1)]
         return {"by": "cluster", "values": labels.tolist(), "labels": names}
-    if colour not in metadata.columns:
+    if color not in metadata.columns:
         raise ValueError(
-            f"colour={colour!r} is neither 'cluster' nor a metadata column; the "
+            f"color={color!r} is neither 'cluster' nor a metadata column; the "
             f"columns are {list(metadata.columns)}"
         )
-    values = metadata[colour]
+    values = metadata[color]
     numeric = pd.api.types.is_numeric_dtype(values)
     if numeric and values.nunique() > _MAX_CATEGORIES:
         values = pd.qcut(values, q=5, duplicates="drop").astype(str)
@@ -80,7 +80,7 @@ def _colour(Z, metadata, colour, n_clusters):
         values = values.where(values.isin(common) | values.isna(), "other")
     categories = pd.Categorical(values.astype(str).where(values.notna(), "unknown"))
     return {
-        "by": str(colour),
+        "by": str(color),
         "values": categories.codes.tolist(),
         "labels": [str(c) for c in categories.categories],
     }
@@ -161,11 +161,11 @@ def map_data(
     embedder=None,
     query_groups=None,
     metadata=None,
-    colour=None,
+    color=None,
     test_queries=None,
     cost=None,
     n_clusters=8,
-    n_neighbours=10,
+    n_neighbors=10,
     max_portfolio=50,
     convergence_sizes=(8, 16, 32, 64, 128, 256),
     convergence_models=1000,
@@ -191,7 +191,7 @@ def map_data(
         Group (benchmark, subject...) of each query, for accuracy per group.
     metadata : DataFrame, default=None
         One row per model (in the order of ``model_names``) of columns to show.
-    colour : str, default=None
+    color : str, default=None
         ``"cluster"`` (the default: ``cluster_models`` into ``n_clusters``) or a
         column of ``metadata``.
     test_queries : sequence, default=None
@@ -203,7 +203,7 @@ def map_data(
         greedy coverage within a ladder of about ten budgets, chosen among the
         models whose cost is known.
     n_clusters : int, default=8
-    n_neighbours : int, default=10
+    n_neighbors : int, default=10
         Neighbours listed per model (at most ``n_models - 1``).
     max_portfolio : int, default=50
         Largest portfolio the page offers.
@@ -226,8 +226,8 @@ def map_data(
     >>> import numpy as np
     >>> from sklocus.report import map_data
     >>> Z = np.random.default_rng(0).normal(size=(6, 4))
-    >>> data = map_data(Z, [f"m{i}" for i in range(6)], n_neighbours=2)
-    >>> len(data["xyz"]), len(data["neighbours"][0])
+    >>> data = map_data(Z, [f"m{i}" for i in range(6)], n_neighbors=2)
+    >>> len(data["xyz"]), len(data["neighbors"][0])
     (6, 2)
     """
     Z = check_embeddings(embeddings)
@@ -243,7 +243,7 @@ def map_data(
     if len(Z) < 2:
         raise ValueError("a map needs at least two models")
     for name, value, low in (
-        ("n_neighbours", n_neighbours, 1),
+        ("n_neighbors", n_neighbors, 1),
         ("max_portfolio", max_portfolio, 1),
         ("n_clusters", n_clusters, 1),
         ("convergence_models", convergence_models, 1),
@@ -265,7 +265,7 @@ def map_data(
         train, held = split_evaluations(sets, test_queries or [])
         scores, queries = to_matrix(sets)
 
-    k = min(n_neighbours, len(Z) - 1)
+    k = min(n_neighbors, len(Z) - 1)
     neighbours, distances = nearest_models(Z, k=k)
     disagreement = np.full((len(Z), k), np.nan)
     if scores is not None:
@@ -289,7 +289,7 @@ def map_data(
         "sklocus_version": __version__,
         "models": names,
         "xyz": _rounded(_projection(Z, random_state)),
-        "colour": _colour(Z, metadata, colour, n_clusters),
+        "color": _color(Z, metadata, color, n_clusters),
         "n_evaluations": None,
         "metadata": {
             str(column): [
@@ -300,7 +300,7 @@ def map_data(
         },
         "groups": None,
         "accuracy": None,
-        "neighbours": near,
+        "neighbors": near,
         "duplicates": duplicates,
         "portfolio": _portfolio(
             Z, embedder, held, queries, test_queries, max_portfolio, cost

@@ -61,7 +61,7 @@ _SCRIPT = r"""
   let selected = null;
   let portfolio = [];
 
-  function colourOf(label) { return PALETTE[label % PALETTE.length]; }
+  function colorOf(label) { return PALETTE[label % PALETTE.length]; }
 
   // Metadata: integers as they are, other numbers to four significant digits.
   function formatValue(value) {
@@ -101,10 +101,10 @@ _SCRIPT = r"""
   }
 
   function buildMap() {
-    const labels = data.colour.labels;
+    const labels = data.color.labels;
     const hover = data.models.map(function (name, i) {
-      return plainLabel(name) + "<br>" + plainLabel(data.colour.by) + ": " +
-        plainLabel(labels[data.colour.values[i]]);
+      return plainLabel(name) + "<br>" + plainLabel(data.color.by) + ": " +
+        plainLabel(labels[data.color.values[i]]);
     });
     const main = {
       type: "scatter3d", mode: "markers", name: "models",
@@ -112,7 +112,7 @@ _SCRIPT = r"""
       hovertext: hover, hoverinfo: "text",
       customdata: data.models.map(function (_, i) { return i; }),
       marker: { size: 3, opacity: 0.8,
-        color: data.colour.values.map(colourOf) },
+        color: data.color.values.map(colorOf) },
       showlegend: false,
     };
     const selection = {
@@ -150,10 +150,10 @@ _SCRIPT = r"""
 
   function buildLegend() {
     const legend = document.getElementById("legend");
-    data.colour.labels.forEach(function (label, value) {
+    data.color.labels.forEach(function (label, value) {
       const entry = document.createElement("span");
       const swatch = document.createElement("i");
-      swatch.style.background = colourOf(value);
+      swatch.style.background = colorOf(value);
       entry.appendChild(swatch);
       entry.appendChild(document.createTextNode(label));
       legend.appendChild(entry);
@@ -211,7 +211,7 @@ _SCRIPT = r"""
   function renderNeighbours(index) {
     const body = document.querySelector("#neighbours tbody");
     body.replaceChildren();
-    (data.neighbours[index] || []).forEach(function (entry) {
+    (data.neighbors[index] || []).forEach(function (entry) {
       const tr = document.createElement("tr");
       tr.dataset.model = String(entry[0]);
       tr.tabIndex = 0;
@@ -379,7 +379,7 @@ _SCRIPT = r"""
 
   function buildSummary() {
     document.getElementById("summary").textContent =
-      n.toLocaleString("en") + " models; colour: " + data.colour.by +
+      n.toLocaleString("en") + " models; colour: " + data.color.by +
       ". Click a point, or search for a name.";
   }
 
