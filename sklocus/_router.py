@@ -39,16 +39,12 @@ from sklocus.evaluations import (
     to_matrix,
 )
 from sklocus.geometry import model_distances
+from sklocus.metrics import best_models
 
 # predict and friends work through the queries in chunks of this many, so that
 # memory stays bounded however many queries come in.
 _QUERY_CHUNK = 8192
 
-# Utilities this close to the best count as ties. A set embedded in another batch,
-# or a row in another place of a GPU matrix product, rounds differently, so an
-# exact copy of a model can score a few float32 ulps above the original (seen on
-# the CPU and on an H200).
-_TIE = 1e-6
 
 # Parameters added since the first release, with the value that reproduces what a
 # router pickled or saved before them did.
@@ -670,10 +666,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         for start, chunk in self._chunks(queries, query_groups):
             utility = self._utility(chunk, cost_weight).astype(np.float64)
             utility[:, excluded] = -np.inf
-            # Near-ties go to the model listed first in classes_: lift that one
-            # above the rest before sorting.
-            best = utility.max(axis=1, keepdims=True)
-            first = np.argmax(utility >= best - _TIE, axis=1)
+            # The first is best_models' choice (near-ties to the model listed
+            # first in classes_): lift it above the rest before sorting.
+            first = best_models(utility.T)
             utility[np.arange(len(utility)), first] = np.inf
             order = np.argsort(-utility, axis=1, kind="stable")[:, :k]
             rows = slice(start, start + len(chunk))

@@ -11,6 +11,7 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 __all__ = [
+    "best_models",
     "correctness_accuracy",
     "correctness_brier_score",
     "correctness_log_likelihood",
@@ -233,11 +234,54 @@ def get_scorer(name):
     return _CorrectnessScorer(name)
 
 
+# Utilities this close to a query's best count as tied with it. A set embedded in
+# another batch, or a row in another place of a GPU matrix product, rounds
+# differently, so an exact copy of a model can score a few float32 ulps above the
+# original (seen on the CPU and on an H200).
+TIE_TOLERANCE = 1e-6
+
+
+def best_models(utilities):
+    """Choose the model each query is routed to: the one rule every router follows.
+
+    The model of highest utility (a probability of a correct answer, less any
+    cost); near-ties, utilities within ``TIE_TOLERANCE`` (1e-6) of the best, go to
+    the model listed first, so that float rounding never decides a route.
+    :meth:`sklocus.LocusRouter.predict`, :func:`routing_accuracy` and the model
+    map all choose this way.
+
+    Parameters
+    ----------
+    utilities : array-like of shape (n_models, n_queries)
+        Each model's utility for each query; ``-inf`` rules a model out.
+
+    Returns
+    -------
+    ndarray of shape (n_queries,), int
+        The row of the chosen model for each query.
+
+    Examples
+    --------
+    >>> from sklocus.metrics import best_models
+    >>> best_models([[0.9, 0.6, 0.5], [0.2, 0.7, 0.5 + 1e-9]])
+    array([0, 1, 0])
+    """
+    utilities = np.asarray(utilities, dtype=np.float64)
+    if utilities.ndim != 2 or utilities.shape[0] == 0:
+        raise ValueError(
+            f"utilities have shape {utilities.shape}; expected (n_models, n_queries) "
+            "with at least one model"
+        )
+    best = utilities.max(axis=0, keepdims=True)
+    return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
+
+
 def routing_accuracy(scores, probabilities):
     """Mean observed score of the model each query is routed to.
 
-    Each query goes to the model of highest predicted probability. Queries whose
-    chosen model was not evaluated on them are left out.
+    Each query goes to the model of highest predicted probability, near-ties to
+    the one listed first (:func:`best_models`). Queries whose chosen model was not
+    evaluated on them are left out.
 
     Parameters
     ----------
@@ -257,7 +301,7 @@ def routing_accuracy(scores, probabilities):
     0.5
     """
     scores, probabilities = _check_pair(scores, probabilities)
-    chosen = scores[np.argmax(probabilities, axis=0), np.arange(scores.shape[1])]
+    chosen = scores[best_models(probabilities), np.arange(scores.shape[1])]
     observed = ~np.isnan(chosen)
     if not observed.any():
         raise ValueError(

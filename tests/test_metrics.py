@@ -10,11 +10,13 @@ from sklocus import KCenterSelector, LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.metrics import (
+    best_models,
     correctness_accuracy,
     correctness_brier_score,
     correctness_log_likelihood,
     correctness_roc_auc,
     get_scorer,
+    routing_accuracy,
 )
 
 NAN = float("nan")
@@ -90,3 +92,32 @@ def test_scorer_misuse_is_named():
     selector = KCenterSelector(n_selected=1).fit(np.eye(2))
     with pytest.raises(TypeError, match="scores a LocusEmbedder or a LocusRouter"):
         get_scorer("roc_auc")(selector, np.eye(2))
+
+
+def test_best_models_sends_near_ties_to_the_model_listed_first():
+    utilities = np.array(
+        [
+            [0.5, 0.2, -np.inf, 0.7],
+            [0.5 + 5e-7, 0.2 + 2e-6, 0.1, 0.7 - 5e-7],
+        ]
+    )
+    np.testing.assert_array_equal(best_models(utilities), [0, 1, 1, 0])
+    # routing_accuracy routes the same way: the tie at query 0 goes to model 0.
+    scores = np.array([[1.0, 0.0, NAN, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    assert routing_accuracy(scores, utilities) == 1.0
+    with pytest.raises(ValueError, match=r"shape \(3,\); expected \(n_models"):
+        best_models([0.1, 0.2, 0.3])
+
+
+def test_the_router_predicts_what_best_models_chooses(data):
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
+    router = LocusRouter(embedder).fit(queries, Y)
+    # Two exact copies of model 0 (the copy listed last): every tie between
+    # them must go to model 0, in predict and in routing_accuracy alike.
+    router.add_models([data.evaluation_sets[0]], ["copy-of-0"])
+    probabilities = router.predict_correctness(queries)
+    chosen = router.classes_[best_models(probabilities.T)]
+    np.testing.assert_array_equal(router.predict(queries), chosen)
+    assert "copy-of-0" not in set(chosen)
