@@ -27,6 +27,7 @@ from sklocus._progress import on_terminal
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets, reusable
+from sklocus.geometry import check_embeddings
 from sklocus.metrics import correctness_log_likelihood
 from sklocus.nn.batching import pad, padded_width, size_buckets
 from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
@@ -916,22 +917,7 @@ class LocusEmbedder(
     # -- prediction -------------------------------------------------------------
 
     def _check_embeddings(self, embeddings):
-        try:
-            embeddings = np.asarray(embeddings, dtype=np.float32)
-        except (TypeError, ValueError) as error:
-            raise type(error)(
-                f"embeddings must be an array of numbers (n_models, "
-                f"{self.embedding_dim}): {error}"
-            ) from None
-        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_dim:
-            raise ValueError(
-                f"embeddings have shape {embeddings.shape}; this embedder makes "
-                f"(n_models, {self.embedding_dim}) embeddings"
-            )
-        if not np.isfinite(embeddings).all():
-            row = int(np.argmax(~np.isfinite(embeddings).all(axis=1)))
-            raise ValueError(f"embedding {row} is not finite")
-        return embeddings
+        return check_embeddings(embeddings, dim=self.embedding_dim, dtype=np.float32)
 
     def predict_correctness(self, embeddings, queries):
         """Probability that each model answers each query correctly.

@@ -47,29 +47,42 @@ DUPLICATE_THRESHOLD = 1e-4
 STABLE_DUPLICATE_THRESHOLD = 3e-4
 
 
-def check_embeddings(embeddings, *, name="embeddings"):
+def check_embeddings(embeddings, *, name="embeddings", dim=None, dtype=np.float64):
     """Check model embeddings: a finite 2-D float array.
+
+    The one check of embeddings given to sklocus: the geometry, the model map and
+    :meth:`sklocus.LocusEmbedder.predict_correctness` all call it.
 
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)
     name : str, default="embeddings"
         What to call them in error messages.
+    dim : int, default=None
+        The width they must have (an embedder's ``embedding_dim``); any if None.
+    dtype : numpy dtype, default=numpy.float64
+        The type of the array returned.
 
     Returns
     -------
-    ndarray of shape (n_models, embedding_dim), dtype float64
+    ndarray of shape (n_models, embedding_dim)
     """
     try:
-        embeddings = np.asarray(embeddings, dtype=np.float64)
+        embeddings = np.asarray(embeddings, dtype=dtype)
     except (TypeError, ValueError) as error:
         raise type(error)(
-            f"{name} must be a 2-D array of numbers (n_models, embedding_dim): {error}"
+            f"{name} must be a 2-D array of numbers (n_models, "
+            f"{'embedding_dim' if dim is None else dim}): {error}"
         ) from None
     if embeddings.ndim != 2:
         raise ValueError(
             f"{name} must be a 2-D array (n_models, embedding_dim); got shape "
             f"{embeddings.shape}"
+        )
+    if dim is not None and embeddings.shape[1] != dim:
+        raise ValueError(
+            f"{name} have shape {embeddings.shape}; this embedder makes "
+            f"(n_models, {dim}) embeddings"
         )
     finite = np.isfinite(embeddings).all(axis=1)
     if not finite.all():
