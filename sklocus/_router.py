@@ -28,7 +28,7 @@ from sklocus._groups import (
     fit_group_offsets,
     logits,
 )
-from sklocus._validation import check_model_names, shown
+from sklocus._validation import check_costs, check_model_names, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
 from sklocus.evaluations import (
@@ -62,19 +62,7 @@ def check_cost(cost, names):
         if missing:
             raise ValueError(f"cost has no value for model {missing[0]!r}")
         cost = cost.loc[list(names)]
-    values = np.asarray(cost, dtype=np.float64)
-    if values.shape != (len(names),):
-        raise ValueError(
-            f"cost has shape {values.shape}; give one number per model ({len(names)})"
-        )
-    bad = ~np.isfinite(values) | (values < 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(
-            f"model {names[i]!r} has cost {float(values[i])!r}; costs must be finite "
-            "and non-negative"
-        )
-    return values
+    return check_costs(cost, names)
 
 
 def _score_table(Y, queries, classes=None):

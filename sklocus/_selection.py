@@ -34,6 +34,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from sklocus._validation import check_costs
 from sklocus._versioning import VersionStampMixin
 from sklocus.geometry import METRICS, model_distances
 
@@ -368,18 +369,8 @@ class CoverageGreedySelector(_BaseSelector):
                     "the models' costs"
                 )
             return np.ones(n_models)
-        cost = np.asarray(cost, dtype=np.float64)
-        if cost.shape != (n_models,):
-            raise ValueError(
-                f"cost has shape {cost.shape}; give one cost per model ({n_models})"
-            )
-        bad = ~np.isfinite(cost) | (cost <= 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(
-                f"model {i} has cost {float(cost[i])!r}; costs must be finite and "
-                "positive"
-            )
+        # Coverage is gained per unit of cost, so a free model is refused.
+        cost = check_costs(cost, list(range(n_models)), positive=True)
         if cost.min() > self.budget:
             raise ValueError(
                 f"budget={self.budget} is below every model's cost (the cheapest "

@@ -98,3 +98,49 @@ def has_control_character(text: str) -> bool:
     and the line and paragraph separators.
     """
     return any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029" for c in text)
+
+
+def check_costs(values, names, *, what="cost", positive=False, missing=False):
+    """Return each model's cost as float64, checked by the one rule of sklocus.
+
+    Costs are finite and at least 0: a model may be free (one the team already
+    runs). Callers that divide by a cost (coverage per unit of cost, a ladder of
+    budgets) ask for ``positive``; the model map, which shows models whose cost
+    is unknown, allows ``missing`` (NaN).
+
+    Parameters
+    ----------
+    values : array-like of shape (n_models,)
+        The costs, in the order of ``names``.
+    names : sequence of str
+        The models, to name the offending one.
+    what : str, default="cost"
+        What the costs are called in messages (a column's name).
+    positive : bool, default=False
+        Refuse 0 too.
+    missing : bool, default=False
+        Accept NaN, for a cost not known.
+
+    Returns
+    -------
+    ndarray of shape (n_models,), float64
+    """
+    try:
+        values = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{what} must be numbers, one per model: {error}") from None
+    if values.shape != (len(names),):
+        raise ValueError(
+            f"{what} has shape {values.shape}; give one cost per model ({len(names)})"
+        )
+    known = ~np.isnan(values) if missing else np.ones(len(values), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        bad = known & (~np.isfinite(values) | (values <= 0 if positive else values < 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        rule = "positive" if positive else "at least 0"
+        raise ValueError(
+            f"model {shown(names[i])} has {what} {float(values[i])!r}; costs must "
+            f"be finite and {rule}" + (" (NaN where unknown)" if missing else "")
+        )
+    return values

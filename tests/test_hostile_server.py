@@ -242,6 +242,20 @@ def test_routing_and_removal_go_on_while_a_model_is_onboarded(pool, monkeypatch)
     assert service.router.embeddings_.shape == (12, router.embeddings_.shape[1])
 
 
+def test_a_free_model_onboards_and_a_negative_cost_is_named(pool, client):
+    # Costs follow one rule everywhere a router takes them (at least 0): a model
+    # the team already runs for free fits a router, so it onboards over HTTP too.
+    data, _ = pool
+    body = {"name": "free", "evaluations": data.evaluation_sets[0], "cost": 0}
+    response = client.post("/models", json=body)
+    assert response.status_code == 201, response.text
+    assert client.get("/models").json()["models"][-1] == {"name": "free", "cost": 0.0}
+    body = {"name": "dear", "evaluations": data.evaluation_sets[0], "cost": -1}
+    response = client.post("/models", json=body)
+    assert response.status_code == 422
+    assert [loc for loc, _ in _faults(response)] == [("body", "cost")]
+
+
 # -- 7: the encoder's memory is bounded in bytes -----------------------------------
 
 

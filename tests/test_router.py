@@ -344,7 +344,7 @@ def test_array_targets_number_the_models(problem):
         ("short_x", ValueError, "X has 549 queries but Y has 550 rows"),
         ("empty_model", ValueError, "model 'model-0003' has no observed score in Y"),
         ("negative_cost", ValueError, "model 'model-0002' has cost -1.0"),
-        ("short_cost", ValueError, "give one number per model (16)"),
+        ("short_cost", ValueError, "give one cost per model (16)"),
         ("bad_score", ValueError, "Y's score of model 'model-0001' on query"),
     ],
 )
@@ -457,3 +457,22 @@ def test_cross_val_score_with_the_default_cv(problem):
     assert Y.isna().to_numpy().any()  # what stratified splitting failed on
     scores = cross_val_score(router, train, Y, cv=3)
     assert scores.shape == (3,) and np.isfinite(scores).all()
+
+
+def test_costs_follow_one_rule_and_name_the_model():
+    from sklocus._validation import check_costs
+
+    names = ["a", "b", "c"]
+    np.testing.assert_array_equal(check_costs([0, 1, 2.5], names), [0, 1, 2.5])
+    with pytest.raises(ValueError, match="model 'b' has cost -1.0; .* at least 0$"):
+        check_costs([0, -1, 2], names)
+    with pytest.raises(ValueError, match="model 'a' has cost 0.0; .* positive$"):
+        check_costs([0, 1, 2], names, positive=True)
+    with pytest.raises(ValueError, match="model 'c' has cost inf"):
+        check_costs([1, 1, np.inf], names, missing=True)
+    found = check_costs([1, np.nan, 2], names, positive=True, missing=True)
+    assert np.isnan(found[1])
+    with pytest.raises(ValueError, match="model 'b' has params nan"):
+        check_costs([1, np.nan, 2], names, what="params")
+    with pytest.raises(ValueError, match=r"shape \(2,\); give one cost per model"):
+        check_costs([1, 2], names)

@@ -13,6 +13,7 @@ import pandas as pd
 from sklearn.decomposition import PCA
 
 from sklocus._selection import KCenterSelector, coverage_greedy, coverage_similarity
+from sklocus._validation import check_costs
 from sklocus._versioning import __version__
 from sklocus.evaluations import check_evaluation_sets, subsample, to_matrix
 from sklocus.geometry import (
@@ -394,18 +395,9 @@ def _check_cost(cost, metadata, names):
             )
         values = values.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
-        name, values = "cost", np.asarray(cost, dtype=np.float64)
-    if values.shape != (len(names),):
-        raise ValueError(
-            f"cost has shape {values.shape}; give one cost per model ({len(names)})"
-        )
-    bad = np.isinf(values) | (values <= 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(
-            f"model {names[i]!r} has {name} {float(values[i])!r}; costs must be "
-            "positive and finite (NaN where unknown)"
-        )
+        name, values = "cost", cost
+    # The budgets are spaced geometrically from a typical cost: 0 is refused.
+    values = check_costs(values, names, what=name, positive=True, missing=True)
     if np.isnan(values).all():
         raise ValueError(f"no model has a known {name}; give at least one cost")
     return name, values

@@ -141,9 +141,9 @@ class NewModel(_Strict):
     )
     cost: float | None = Field(
         default=None,
-        gt=0,
+        ge=0,
         allow_inf_nan=False,
-        description="required when the served router has costs",
+        description="required when the served router has costs; at least 0",
     )
     query_groups: dict[Query, GroupLabel | None] | None = Field(
         default=None,
