@@ -29,7 +29,7 @@ from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets, reusable
 from sklocus.geometry import check_embeddings
 from sklocus.metrics import correctness_log_likelihood
-from sklocus.nn.batching import pad, padded_width, size_buckets
+from sklocus.nn.batching import pad, size_buckets
 from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
 from sklocus.nn.refinement import refine_embeddings
 from sklocus.nn.training import (
@@ -828,10 +828,9 @@ class LocusEmbedder(
         with self._inference():
             table = torch.as_tensor(vectors, device=device)
             projected = encoder.tokenizer.project_queries(table)
-            widths = padded_width(ragged.sizes)
-            for batch in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
-                # One width per set, whatever its batch: see padded_width.
-                width = int(widths[batch[0]])
+            for batch, width in size_buckets(
+                ragged.sizes, self._max_tokens(), _MAX_SETS
+            ):
                 codes, mask = pad(
                     [ragged.set_codes(i) for i in batch], 0, torch.long, width
                 )
@@ -858,9 +857,13 @@ class LocusEmbedder(
         # predictor's weights out of the graph's outputs all the same.
         with torch.no_grad():
             projected = predictor.project_query(torch.as_tensor(vectors, device=device))
-        for batch in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
-            codes, mask = pad([ragged.set_codes(i) for i in batch], 0, torch.long)
-            scores, _ = pad([ragged.set_scores(i) for i in batch], 0.0, torch.float32)
+        for batch, width in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
+            codes, mask = pad(
+                [ragged.set_codes(i) for i in batch], 0, torch.long, width
+            )
+            scores, _ = pad(
+                [ragged.set_scores(i) for i in batch], 0.0, torch.float32, width
+            )
             z = refine_embeddings(
                 predictor,
                 torch.as_tensor(embeddings[batch], device=device),
@@ -1034,8 +1037,10 @@ class LocusEmbedder(
         out = [None] * len(codes_per_model)
         with self._inference():
             projected = predictor.project_query(torch.as_tensor(vectors, device=device))
-            for batch in size_buckets(sizes, self._max_tokens(), _MAX_SETS):
-                codes, _ = pad([codes_per_model[i] for i in batch], 0, torch.long)
+            for batch, width in size_buckets(sizes, self._max_tokens(), _MAX_SETS):
+                codes, _ = pad(
+                    [codes_per_model[i] for i in batch], 0, torch.long, width
+                )
                 z = torch.as_tensor(embeddings[batch], device=device)
                 logits = predictor.score_projected(z, projected, codes.to(device))
                 probabilities = torch.sigmoid(logits).float().cpu().numpy()

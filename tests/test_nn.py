@@ -294,8 +294,14 @@ def test_pad_and_size_buckets():
     # Up to 16 evaluations are padded to 16; 16 widths per doubling from there.
     assert padded_width(sizes).tolist() == [16, 16, 100, 16, 16, 17, 16]
     batches = size_buckets(sizes, max_tokens=40, max_sets=2)
-    assert [b.tolist() for b in batches] == [[0, 1], [3, 4], [6], [5], [2]]
-    assert sorted(np.concatenate(batches).tolist()) == list(range(7))
+    assert [(b.tolist(), w) for b, w in batches] == [
+        ([0, 1], 16),
+        ([3, 4], 16),
+        ([6], 16),
+        ([5], 17),
+        ([2], 100),
+    ]
+    assert sorted(np.concatenate([b for b, _ in batches]).tolist()) == list(range(7))
 
 
 def test_a_set_embeds_alike_whatever_shares_its_batch():

@@ -79,10 +79,12 @@ def size_buckets(sizes, max_tokens, max_sets):
 
     Returns
     -------
-    list of ndarray
-        Indices of the sets of each batch, all of one :func:`padded_width`.
-        Sets are ordered by width (ties by index), so the batching of a given
-        input never changes.
+    list of (ndarray, int)
+        Each batch: the indices of its sets and their one :func:`padded_width`,
+        the width every inference pass (embedding, refinement, prediction) pads
+        them to, so that no set's result depends on its batch-mates. Sets are
+        ordered by width (ties by index), so the batching of a given input never
+        changes.
     """
     widths = padded_width(sizes)
     order = np.lexsort((np.arange(len(widths)), widths))
@@ -97,6 +99,6 @@ def size_buckets(sizes, max_tokens, max_sets):
             and (stop - start + 1) * width <= max_tokens
         ):
             stop += 1
-        batches.append(order[start:stop])
+        batches.append((order[start:stop], int(width)))
         start = stop
     return batches
