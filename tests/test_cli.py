@@ -401,6 +401,50 @@ def test_query_texts_are_encoded_and_new_ones_routed(workspace, capsys):
     assert set(routes["model_2"]) <= set(data.model_names)
 
 
+def test_encoding_cache_keeps_text_encodings_for_later_runs(
+    workspace, capsys, monkeypatch
+):
+    import sqlite3
+
+    from sentence_transformers import SentenceTransformer
+
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    table["prompt"] = "Cached question " + table["query"] + "?"
+    table.to_csv(folder / "cached.csv", index=False)
+    new = pd.DataFrame({"query": ["n1"], "prompt": ["A question not seen before."]})
+    new.to_csv(folder / "cached_new.csv", index=False)
+    cache = folder / "encodings"
+    common = ["--text-column", "prompt", "--encoding-cache", cache]
+    fit = ["fit", "cached.csv", "-o", "cached.sklocus", *common, *TINY]
+    succeeded(in_process(*fit, cwd=folder, capsys=capsys))
+    texts = set(table["prompt"])
+
+    def cached():
+        with sqlite3.connect(cache / "sklocus-encodings.sqlite3") as connection:
+            return connection.execute("SELECT COUNT(*) FROM encodings").fetchone()[0]
+
+    assert cached() == len(texts)
+    # The folder is this machine's: the model file does not carry it.
+    model = load_model_file(folder / "cached.sklocus")
+    assert model.query_encoder.cache_dir is None
+    assert model.query_encoder_.cache_dir is None
+    encoded = []
+    encode = SentenceTransformer.encode
+
+    def counted(self, sentences, *args, **kwargs):
+        encoded.extend(sentences)
+        return encode(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformer, "encode", counted)
+    route = ["route", "cached.sklocus", "cached.csv", "cached_new.csv"]
+    route += ["-o", "cached_routes.csv", *common]
+    succeeded(in_process(*route, cwd=folder, capsys=capsys))
+    # The pool's texts came from the cache: only the new query was encoded.
+    assert encoded == ["A question not seen before."]
+    assert cached() == len(texts) + 1
+
+
 def test_report_writes_the_model_map(workspace, capsys):
     folder, data, *_ = workspace
     table = pd.read_csv(folder / "evals.csv")

@@ -105,6 +105,22 @@ def add_table_options(parser):
     return group
 
 
+# The on-disk cache of query-text encodings when --encoding-cache is not given.
+ENCODING_CACHE_VARIABLE = "SKLOCUS_ENCODING_CACHE"
+
+
+def add_encoding_cache_option(group):
+    """``--encoding-cache``: reuse the encodings of query texts across runs."""
+    group.add_argument(
+        "--encoding-cache",
+        metavar="DIR",
+        help="keep the encodings of query texts in DIR (one SQLite file, keyed by "
+        "encoder and text) and reuse them in later runs, so a pool's texts are "
+        f"encoded once; default: ${ENCODING_CACHE_VARIABLE} if set, else no cache. "
+        "Never saved in a model file",
+    )
+
+
 def add_vector_options(parser):
     """Options that give precomputed query vectors."""
     group = parser.add_argument_group(

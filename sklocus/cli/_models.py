@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import os
 import time
 from functools import partial
 from pathlib import Path
@@ -18,6 +20,7 @@ from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
 from sklocus._streaming import embed_parquet
 from sklocus.cli._common import (
+    ENCODING_CACHE_VARIABLE,
     PARQUET,
     UserError,
     one_line,
@@ -100,7 +103,8 @@ def run_fit(arguments):
         f"from {evaluations.source}..."
     )
     start = time.perf_counter()
-    embedder.fit(evaluations.sets)
+    with encoding_cache(embedder, arguments):
+        embedder.fit(evaluations.sets)
     elapsed = time.perf_counter() - start
     say(_training_summary(embedder, elapsed))
     save(embedder, output)
@@ -144,6 +148,34 @@ def checked_embedder(embedder, path):
     return embedder
 
 
+def _sentence_encoders(embedder):
+    found = [
+        getattr(embedder, name, None) for name in ("query_encoder", "query_encoder_")
+    ]
+    return [encoder for encoder in found if isinstance(encoder, SentenceEncoder)]
+
+
+@contextlib.contextmanager
+def encoding_cache(embedder, arguments):
+    """Let the embedder's sentence encoders use ``--encoding-cache`` meanwhile.
+
+    The folder is this machine's: it is put back as it was afterwards (also on
+    an encoder that fitting created), so no model file carries it.
+    """
+    folder = arguments.encoding_cache or os.environ.get(ENCODING_CACHE_VARIABLE)
+    encoders = _sentence_encoders(embedder)
+    before = {id(encoder): encoder.cache_dir for encoder in encoders}
+    original = next(iter(before.values()), None)
+    if folder:
+        for encoder in encoders:
+            encoder.set_params(cache_dir=folder)
+    try:
+        yield
+    finally:
+        for encoder in _sentence_encoders(embedder):
+            encoder.set_params(cache_dir=before.get(id(encoder), original))
+
+
 def teach_queries(embedder, arguments, evaluations):
     """Let the embedder's encoder encode the queries that came with the input.
 
@@ -179,7 +211,8 @@ def run_embed(arguments):
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
-    Z = embedder.transform(evaluations.sets)
+    with encoding_cache(embedder, arguments):
+        Z = embedder.transform(evaluations.sets)
     frame = pd.DataFrame(
         {
             MODEL: evaluations.model_names,
@@ -260,7 +293,8 @@ def run_embed_streaming(arguments):
         batch_models=arguments.batch_models,
     )
     try:
-        n_models = write_atomically(output, embed)
+        with encoding_cache(embedder, arguments):
+            n_models = write_atomically(output, embed)
     except (KeyError, ValueError, TypeError, OSError) as error:
         raise UserError(f"{source}: {one_line(error)}") from None
     say(
@@ -291,15 +325,16 @@ def run_route(arguments):
         pool_groups = per_query(
             evaluations, arguments.query_column, arguments.group_column
         )
-    router = build_router(
-        embedder, evaluations, arguments.cost_weight or 0.0, pool_groups
-    )
-    models, probabilities = router.rank_models(
-        queries,
-        k=arguments.top_k,
-        exclude=arguments.exclude or None,
-        query_groups=query_groups,
-    )
+    with encoding_cache(embedder, arguments):
+        router = build_router(
+            embedder, evaluations, arguments.cost_weight or 0.0, pool_groups
+        )
+        models, probabilities = router.rank_models(
+            queries,
+            k=arguments.top_k,
+            exclude=arguments.exclude or None,
+            query_groups=query_groups,
+        )
     frame = pd.DataFrame({"query": ids, "model": models[:, 0]})
     for rank in range(models.shape[1]):
         frame[f"model_{rank + 1}"] = models[:, rank]

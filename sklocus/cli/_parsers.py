@@ -11,6 +11,7 @@ from __future__ import annotations
 from sklocus._versioning import __version__
 from sklocus.cli._common import (
     Parser,
+    add_encoding_cache_option,
     add_metric_option,
     add_output_option,
     add_table_options,
@@ -81,6 +82,7 @@ def _add_model_commands(commands):
     )
     add_table_options(fit)
     encoding = add_vector_options(fit)
+    add_encoding_cache_option(encoding)
     encoding.add_argument(
         "--encoder",
         default="all-MiniLM-L6-v2",
@@ -120,7 +122,7 @@ def _add_model_commands(commands):
     embed.add_argument("evals", metavar="EVALS", help="the evaluations to embed")
     add_output_option(embed, required=True, what="the embedding table")
     add_table_options(embed)
-    add_vector_options(embed)
+    add_encoding_cache_option(add_vector_options(embed))
     embed.add_argument(
         "--cost-column",
         metavar="COL",
@@ -160,7 +162,7 @@ def _add_model_commands(commands):
     route.add_argument("queries", metavar="QUERIES", help="the queries to route")
     add_output_option(route, required=True, what="the routes")
     add_table_options(route)
-    add_vector_options(route)
+    add_encoding_cache_option(add_vector_options(route))
     choice = route.add_argument_group("choice")
     choice.add_argument(
         "--top-k", type=integer_in(1), default=3, metavar="K", help="default: 3"
@@ -305,7 +307,7 @@ def _add_report_command(commands):
         "-o", "--output", required=True, metavar="FILE.html", help="the page to write"
     )
     add_table_options(report)
-    add_vector_options(report)
+    add_encoding_cache_option(add_vector_options(report))
     page = report.add_argument_group("the map")
     page.add_argument(
         "--group-column",

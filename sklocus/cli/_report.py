@@ -9,7 +9,7 @@ from sklocus.cli._common import (
     UserError,
     say,
 )
-from sklocus.cli._models import load_embedder, teach_queries
+from sklocus.cli._models import encoding_cache, load_embedder, teach_queries
 from sklocus.cli._tables import (
     per_model,
     per_query,
@@ -57,22 +57,23 @@ def run_report(arguments):
     test_queries = None
     if arguments.test_queries is not None:
         test_queries = [line.strip() for line in read_lines(arguments.test_queries)]
-    write_atomically(
-        output,
-        lambda temporary: write_map(
-            temporary,
-            embedder,
-            evaluations.model_names,
-            evaluations.sets,
-            query_groups=groups,
-            metadata=metadata,
-            color=arguments.color,
-            test_queries=test_queries,
-            cost=arguments.cost_column,
-            n_clusters=arguments.n_clusters,
-            title=arguments.title,
-        ),
-    )
+    with encoding_cache(embedder, arguments):
+        write_atomically(
+            output,
+            lambda temporary: write_map(
+                temporary,
+                embedder,
+                evaluations.model_names,
+                evaluations.sets,
+                query_groups=groups,
+                metadata=metadata,
+                color=arguments.color,
+                test_queries=test_queries,
+                cost=arguments.cost_column,
+                n_clusters=arguments.n_clusters,
+                title=arguments.title,
+            ),
+        )
     say(
         f"Wrote the map of {len(evaluations.sets)} models to {output} "
         f"({output.stat().st_size / 2**20:.1f} MiB)."
