@@ -25,10 +25,12 @@ _LAZY = {
     "check_evaluation_sets": "sklocus.evaluations",
     "embed_parquet": "sklocus._streaming",
     "from_long": "sklocus.evaluations",
+    "from_matrix": "sklocus.evaluations",
     "iter_embeddings": "sklocus._streaming",
     "load": "sklocus._persistence",
     "save": "sklocus._persistence",
     "subsample": "sklocus.evaluations",
+    "to_long": "sklocus.evaluations",
     "to_matrix": "sklocus.evaluations",
 }
 # Public submodules reachable as attributes, as after ``import sklocus.geometry``.
@@ -49,10 +51,12 @@ __all__ = [
     "check_evaluation_sets",
     "embed_parquet",
     "from_long",
+    "from_matrix",
     "iter_embeddings",
     "load",
     "save",
     "subsample",
+    "to_long",
     "to_matrix",
 ]
 
@@ -86,6 +90,8 @@ if TYPE_CHECKING:  # what static tools and IDEs read in place of __getattr__
     from sklocus.evaluations import (
         check_evaluation_sets,
         from_long,
+        from_matrix,
         subsample,
+        to_long,
         to_matrix,
     )

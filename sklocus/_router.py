@@ -34,6 +34,7 @@ from sklocus.encoders import as_query_list
 from sklocus.evaluations import (
     _first_bad_score,
     check_evaluation_sets,
+    from_matrix,
     query_sort_key,
     reusable,
     to_matrix,
@@ -355,17 +356,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 f"model {names[int(np.argmax(empty))]!r} has no observed score in Y; "
                 "every model needs at least one"
             )
-        evaluation_sets = [
-            dict(
-                zip(
-                    [queries[i] for i in np.flatnonzero(observed[:, j])],
-                    scores[observed[:, j], j].tolist(),
-                )
-            )
-            for j in range(scores.shape[1])
-        ]
         model_names = [str(name) for name in names]
-        check_evaluation_sets(evaluation_sets, model_names)
+        evaluation_sets = from_matrix(scores.T, queries, model_names)
 
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):

@@ -28,7 +28,9 @@ __all__ = [
     "RaggedEvaluations",
     "check_evaluation_sets",
     "from_long",
+    "from_matrix",
     "subsample",
+    "to_long",
     "to_matrix",
 ]
 
@@ -743,6 +745,96 @@ def to_matrix(evaluation_sets, queries=None, model_names=None):
     matrix = np.full((ragged.n_sets, len(queries)), np.nan)
     matrix[rows, columns] = values
     return matrix, queries
+
+
+def from_matrix(matrix, queries, model_names=None):
+    """Turn a models x queries matrix into evaluation sets: the inverse of to_matrix.
+
+    Parameters
+    ----------
+    matrix : array-like of shape (n_models, n_queries)
+        Scores in [0, 1], NaN where a model was not evaluated on a query.
+    queries : sequence of length n_queries
+        The query of each column; distinct.
+    model_names : sequence of str, default=None
+        Names used in error messages.
+
+    Returns
+    -------
+    list of dict
+        One ``{query: score}`` dict per row, its observed scores in column order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklocus.evaluations import from_matrix
+    >>> from_matrix([[1, 0], [np.nan, 1]], ["q1", "q2"])
+    [{'q1': 1.0, 'q2': 0.0}, {'q2': 1.0}]
+    """
+    try:
+        matrix = np.asarray(matrix, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise type(error)(
+            f"the matrix must hold numbers (n_models, n_queries): {error}"
+        ) from None
+    queries = as_item_list(queries, "queries")
+    if matrix.ndim != 2 or matrix.shape[1] != len(queries):
+        raise ValueError(
+            f"the matrix has shape {matrix.shape} for {len(queries)} queries; "
+            "expected (n_models, n_queries), one column per query"
+        )
+    observed = ~np.isnan(matrix)
+    evaluation_sets = [
+        dict(zip([queries[i] for i in np.flatnonzero(row)], matrix[m, row].tolist()))
+        for m, row in enumerate(observed)
+    ]
+    check_evaluation_sets(evaluation_sets, model_names)
+    return evaluation_sets
+
+
+def to_long(
+    evaluation_sets, model_names, *, model="model", query="query", score="score"
+):
+    """Write evaluation sets as a long table: the inverse of from_long.
+
+    Parameters
+    ----------
+    evaluation_sets : sequence of mappings
+        One mapping from query to score per model.
+    model_names : sequence of str
+        The model of each set.
+    model, query, score : str, default="model", "query", "score"
+        Names of the table's columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per evaluation, the sets' rows in order and each set's queries in
+        its own order.
+
+    Examples
+    --------
+    >>> from sklocus.evaluations import to_long
+    >>> to_long([{"q1": 1, "q2": 0}, {"q1": 1}], ["a", "b"])
+      model query  score
+    0     a    q1    1.0
+    1     a    q2    0.0
+    2     b    q1    1.0
+    """
+    names = as_item_list(model_names, "model names")
+    if len({model, query, score}) != 3:
+        raise ValueError(
+            f"the columns must have three names; got model={model!r}, "
+            f"query={query!r}, score={score!r}"
+        )
+    ragged = check_evaluation_sets(evaluation_sets, names)  # one name per set
+    return pd.DataFrame(
+        {
+            model: np.repeat(np.asarray(names, dtype=object), ragged.sizes),
+            query: np.asarray(ragged.queries, dtype=object)[ragged.query_codes],
+            score: ragged.scores.astype(np.float64),
+        }
+    )
 
 
 def subsample(evaluation_sets, n, random_state=None, model_names=None, *, shared=False):

@@ -343,3 +343,39 @@ def test_repeated_queries_are_found_by_sorting_in_sparse_ragged_input(monkeypatc
             )
         )
     assert check_evaluation_sets(_ragged()).sizes.tolist() == [3, 1]
+
+
+def test_from_matrix_and_to_long_invert_to_matrix_and_from_long():
+    from sklocus.evaluations import from_matrix, to_long
+
+    rng = np.random.default_rng(0)
+    queries = [f"q{i}" for i in range(30)] + [7, ("tuple", 1)]
+    sets = []
+    for _ in range(6):
+        chosen = rng.choice(len(queries), rng.integers(1, 12), replace=False)
+        sets.append({queries[i]: float(rng.integers(0, 3)) / 2 for i in chosen})
+    names = [f"m{i}" for i in range(6)]
+    matrix, columns = to_matrix(sets)
+    assert from_matrix(matrix, columns, names) == sets
+    frame = to_long(sets, names, model="llm", query="prompt", score="correct")
+    assert list(frame.columns) == ["llm", "prompt", "correct"]
+    assert len(frame) == sum(map(len, sets))
+    back, back_names = from_long(frame, model="llm", query="prompt", score="correct")
+    assert (back, back_names) == (sets, names)
+    # Each set's queries keep their order.
+    assert [list(s) for s in back] == [list(s) for s in sets]
+
+
+def test_from_matrix_and_to_long_name_what_is_wrong():
+    from sklocus.evaluations import from_matrix, to_long
+
+    with pytest.raises(ValueError, match=r"shape \(2, 3\) for 2 queries"):
+        from_matrix(np.zeros((2, 3)), ["a", "b"])
+    with pytest.raises(ValueError, match="'b'.*empty|empty.*'b'"):
+        from_matrix([[1.0, 0.0], [np.nan, np.nan]], ["q1", "q2"], ["a", "b"])
+    with pytest.raises(ValueError, match="1.5"):
+        from_matrix([[1.5]], ["q1"])
+    with pytest.raises(ValueError, match="1 model names for 2 evaluation sets"):
+        to_long([{"q": 1}, {"q": 0}], ["a"])
+    with pytest.raises(ValueError, match="three names"):
+        to_long([{"q": 1}], ["a"], query="model")
