@@ -186,3 +186,20 @@ def test_bad_responses_and_repeated_models_are_named(tmp_path):
     ).to_parquet(tmp_path / "responses.parquet")
     with pytest.raises(ValueError, match=r"responses.parquet: .*'m1'.*'a'"):
         load_evaluations(tmp_path)
+
+
+def test_make_evaluations_as_frame_gives_the_long_table_of_the_same_data():
+    from sklocus.evaluations import from_long
+
+    data = make_evaluations(n_models=6, n_queries=40, random_state=0, as_frame=True)
+    frame = data.frame
+    assert list(frame.columns) == ["model", "query", "score", "benchmark", "params_b"]
+    sets, names = from_long(frame)
+    assert (sets, names) == (data.evaluation_sets, data.model_names)
+    row = {query: i for i, query in enumerate(data.query_ids)}
+    first = frame.iloc[0]
+    assert first["benchmark"] == data.benchmarks[row[first["query"]]]
+    by_model = frame.groupby("model")["params_b"].agg(["min", "max"])
+    assert (by_model["min"] == by_model["max"]).all()
+    assert by_model["min"].tolist() == data.params_b.tolist()
+    assert "frame" not in make_evaluations(n_models=6, n_queries=40, random_state=0)

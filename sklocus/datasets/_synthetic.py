@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from sklocus.encoders import PrecomputedEncoder
+from sklocus.evaluations import to_long
 
 # Sizes of model families, in billions of parameters, as seen on model hubs.
 _FAMILY_SIZES_B = np.array([0.5, 1.5, 3.0, 7.0, 8.0, 13.0, 34.0, 70.0])
@@ -62,6 +63,7 @@ def make_evaluations(
     query_dim=64,
     n_skills=8,
     random_state=None,
+    as_frame=False,
 ):
     """Generate evaluation sets of synthetic models with known ground truth.
 
@@ -102,6 +104,9 @@ def make_evaluations(
         Number of latent skills.
     random_state : int, RandomState instance or None, default=None
         Seeds everything; the same seed gives the same data.
+    as_frame : bool, default=False
+        Also return the evaluations as a long table, ``frame``: what an
+        evaluation harness logs, and what ``sklocus fit`` reads.
 
     Returns
     -------
@@ -128,6 +133,10 @@ def make_evaluations(
             For a near-duplicate, the index of the model it copies; -1 otherwise.
         probabilities : ndarray of shape (n_models, n_queries), float
             True probability that each model answers each query correctly.
+        frame : DataFrame
+            With ``as_frame=True`` only: one row per evaluation, columns
+            ``model``, ``query``, ``score``, ``benchmark`` (of the query) and
+            ``params_b`` (of the model); :func:`sklocus.from_long` reads it back.
 
     Examples
     --------
@@ -221,7 +230,7 @@ def make_evaluations(
     ]
 
     query_vectors = vectors.astype(np.float32)
-    return Bunch(
+    data = Bunch(
         evaluation_sets=evaluation_sets,
         model_names=model_names,
         query_ids=query_ids,
@@ -233,3 +242,10 @@ def make_evaluations(
         duplicate_of=duplicate_of,
         probabilities=probabilities,
     )
+    if as_frame:
+        frame = to_long(evaluation_sets, model_names)
+        row = {query: i for i, query in enumerate(query_ids)}
+        frame["benchmark"] = benchmarks[[row[q] for q in frame["query"]]]
+        frame["params_b"] = np.repeat(params_b, [len(s) for s in evaluation_sets])
+        data.frame = frame
+    return data
