@@ -123,7 +123,7 @@ class Malformed:
                     for i in range(self.max_evaluations + 1)
                 },
             ],
-            "cost": [lambda: 0, lambda: -2, lambda: True, lambda: "2"],
+            "cost": [lambda: -0.5, lambda: -2, lambda: True, lambda: "2"],
         }[field]
         if field == "evaluations" and not self.any_text:
             options.append(lambda: {self.text(): 1.0})  # an unknown query
