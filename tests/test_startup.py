@@ -80,3 +80,24 @@ def test_an_unknown_name_is_an_attribute_error_that_names_it():
         sklocus.no_such_name  # noqa: B018
     with pytest.raises(ImportError, match="no_such_name"):
         from sklocus import no_such_name  # noqa: F401
+
+
+def test_router_service_imports_without_the_serve_extra():
+    # Block FastAPI as if it were not installed: RouterService needs none of the
+    # HTTP layer; create_app and the command name the extra to install.
+    code = (
+        "import sys\n"
+        "sys.modules['fastapi'] = None\n"
+        "from sklocus.serve import RouterService\n"
+        "try:\n"
+        "    from sklocus.serve import create_app\n"
+        "except ImportError as error:\n"
+        "    assert \"pip install 'sklocus[serve]'\" in str(error), error\n"
+        "else:\n"
+        "    raise AssertionError('create_app imported without FastAPI')\n"
+        "from sklocus.cli import main\n"
+        "assert main(['serve', 'no-such-model.sklocus']) == 2"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "needs the serve extra (fastapi is missing)" in run.stderr

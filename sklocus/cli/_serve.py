@@ -94,7 +94,9 @@ def _is_loopback(host):
 def run_serve(arguments):
     """Serve a router until interrupted."""
     try:
-        from sklocus.serve import RouterService, listen, run
+        # create_app is imported only to fail now, before the model loads, when
+        # the serve extra is missing.
+        from sklocus.serve import RouterService, create_app, listen, run  # noqa: F401
     except ImportError as error:
         raise UserError(str(error)) from None
     token = _token(arguments)

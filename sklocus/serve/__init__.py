@@ -2,8 +2,9 @@
 
 :class:`RouterService` answers routing, prediction and changes to the pool
 without HTTP; :func:`create_app` puts FastAPI in front of it, and :func:`run`
-serves that with uvicorn. Needs the ``serve`` extra
-(``pip install "sklocus[serve]"``): FastAPI, fastapi-offline and uvicorn.
+serves that with uvicorn. Those two need the ``serve`` extra
+(``pip install "sklocus[serve]"``: FastAPI, fastapi-offline and uvicorn);
+:class:`RouterService` needs none of it.
 
 Endpoints: ``POST /route``, ``POST /predict``, ``GET /models``,
 ``POST /models`` (onboard), ``DELETE /models/{name}``, ``GET /health``, and the
@@ -15,16 +16,27 @@ from __future__ import annotations
 
 import socket
 
-try:
-    from sklocus.serve._app import create_app
-except ImportError as error:  # FastAPI, fastapi-offline or pydantic
-    raise ImportError(
-        f"sklocus.serve needs the serve extra ({error.name} is missing): "
-        "pip install 'sklocus[serve]'"
-    ) from error
 from sklocus.serve._service import RequestError, RouterService
 
 __all__ = ["RequestError", "RouterService", "create_app", "listen", "run"]
+
+
+def _app_module():
+    """Import the HTTP layer, which needs the serve extra (RouterService does not)."""
+    try:
+        from sklocus.serve import _app
+    except ImportError as error:  # FastAPI, fastapi-offline or pydantic
+        raise ImportError(
+            f"sklocus.serve needs the serve extra ({error.name} is missing): "
+            "pip install 'sklocus[serve]'"
+        ) from error
+    return _app
+
+
+def __getattr__(name):
+    if name == "create_app":
+        return _app_module().create_app
+    raise AttributeError(f"module 'sklocus.serve' has no attribute {name!r}")
 
 
 def listen(host="127.0.0.1", port=8000):
@@ -104,7 +116,7 @@ def run(
 
     if listener is None:
         listener = listen(host, port)
-    app = create_app(service, max_body_bytes=max_body_bytes, token=token)
+    app = _app_module().create_app(service, max_body_bytes=max_body_bytes, token=token)
     # One worker process: the service's lock and snapshot live in it, so every
     # change is seen by every later request.
     config = uvicorn.Config(app, log_level=log_level, workers=1)
