@@ -28,13 +28,13 @@ import datetime
 import multiprocessing
 import platform
 import resource
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from _sections import keep_sections, write_section
+from provenance import commit
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from sklocus import LocusEmbedder
@@ -384,13 +384,10 @@ def input_checks():
         ("dicts, each model's queries in an order of its own", shuffled),
         ("the ragged form (RaggedEvaluations)", ragged),
     ]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
     lines = [
         "## Checking the input: 112 models x 4,096 evaluations",
         "",
-        f"Written by `python benchmarks/speed.py --only-input` at commit {commit} on "
+        f"Written by `python benchmarks/speed.py --only-input` at commit {commit()} on "
         f"{datetime.date.today()}: the least of 7 calls of `check_evaluation_sets`, "
         "which `transform` and `fit` run on their input (validating every score "
         "and query and flattening the sets into arrays). Goals of issue 21: at "
@@ -452,7 +449,8 @@ def main():
     lines = [
         "# Performance",
         "",
-        f"Written by `python benchmarks/speed.py {command}` on {platform.machine()}, "
+        f"Written by `python benchmarks/speed.py {command}` at commit {commit()} on "
+        f"{datetime.date.today()}, {platform.machine()}, "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
         f"{gpu_name}.",
         "Every figure comes from that run; nominal FLOPs and the peak are defined in",

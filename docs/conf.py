@@ -70,10 +70,10 @@ sphinx_gallery_conf = {
 
 # -- Markdown pages -----------------------------------------------------------------
 
-# The results, performance and tuning pages are Markdown written (in part) by the
-# benchmark scripts; they are included as they are.
+# The research notes and the performance page are Markdown written (in part) by the
+# scripts of benchmarks/ and research/; they are included as they are.
 suppress_warnings += [
-    # transfer.md, written by benchmarks/openllm_transfer_report.py, puts its
+    # research/transfer.md, written by research/transfer_report.py, puts its
     # fold-by-fold tables (###) directly under the page title (#). The page reads
     # correctly; only the skipped level is reported.
     "myst.header",

@@ -64,8 +64,8 @@ _VALIDATION_DRAWS = 2
 # model on held-out queries instead of holding out models (a tenth of a small
 # pool is one to nine models, whose loss ranks epochs by which models they are),
 # and train up to _SMALL_POOL_EPOCHS epochs of one draw per _EVALUATIONS_PER_DRAW
-# of the pool's evaluations, within _SMALL_POOL_EPOCH_SIZE (docs/small-pools.md):
-# a pool with many evaluations per model keeps learning for longer.
+# of the pool's evaluations, within _SMALL_POOL_EPOCH_SIZE: a pool with many
+# evaluations per model keeps learning for longer (docs/research/small-pools.md).
 _SMALL_POOL = 100
 _SMALL_POOL_EPOCHS = 20
 _SMALL_POOL_EPOCH_SIZE = (1024, 4096)
@@ -217,8 +217,8 @@ class LocusEmbedder(
         shrinks as evaluations are added, which lets the embedding lean on a
         learned prior when evidence is thin. On 8 Open LLM pools one token raised
         correctness by 0.002-0.003 (sd 0.002) and left routing where it was; on
-        synthetic data it separated planted duplicates worse (docs/tuning.md), so
-        it is not the default.
+        synthetic data it separated planted duplicates worse
+        (docs/research/tuning.md), so it is not the default.
     predictor_hidden : int, default=64
         Hidden width of the correctness predictor.
     encoder_sizes : tuple of (int, int), default=(8, 512)
@@ -231,8 +231,8 @@ class LocusEmbedder(
         20 on smaller ones. Early stopping often ends training sooner; the cap
         bounds the time of a fit: on the 5,949 Open LLM Leaderboard models an epoch
         takes 80-90 s on 2 CPU cores, and the held-out loss stops improving after
-        4-10 epochs (docs/tuning.md), so a default fit of all of them stays under
-        15 minutes.
+        4-10 epochs (docs/research/tuning.md), so a default fit of all of them
+        stays under 15 minutes.
     epoch_size : "auto" or int, default="auto"
         Least number of model draws in an epoch: every training model is drawn
         once, or several times when the pool is smaller than this (each draw takes
@@ -243,8 +243,8 @@ class LocusEmbedder(
         5,608 each 3,154). With ``max_epochs`` it sets how long a small pool
         trains: on 100 synthetic models, 12 epochs of 4,096 draws take about 4.5
         minutes on 2 CPU cores and separate families better than 12 epochs of
-        1,024 draws (docs/geometry-synthetic.md); small pools are measured in
-        docs/small-pools.md. A pool of more than 4,096 training models is drawn
+        1,024 draws (docs/research/geometry-synthetic.md); small pools are measured in
+        docs/research/small-pools.md. A pool of more than 4,096 training models is drawn
         once per epoch whatever this is.
     batch_size : int, default=32
         Models per training step.
@@ -261,7 +261,7 @@ class LocusEmbedder(
         annealed linearly from the first value to the second. It keeps the predictor
         from memorising the training queries; twice the reference code's (0.10,
         0.05), which predicted and routed worse on new queries of the Open LLM data
-        (docs/tuning.md).
+        (docs/research/tuning.md).
     validation_fraction : "auto", float or None, default="auto"
         What early stopping watches. A float in (0, 1) holds out that fraction of
         the *models* (at least one, and only from pools of 4 or more): the
@@ -270,7 +270,7 @@ class LocusEmbedder(
         (``validation_queries``), which is what a team routing among its own
         models needs. ``"auto"`` is 0.1 on pools of 100 models or more and 0 on
         smaller ones, where a tenth of the pool is a handful of models whose loss
-        ranks epochs by which models they are (docs/small-pools.md). ``None``
+        ranks epochs by which models they are (docs/research/small-pools.md). ``None``
         trains for ``max_epochs`` with no validation.
     validation_queries : float, default=0.1
         Fraction of the *queries* kept out of training for validation: held-out
@@ -887,9 +887,9 @@ class LocusEmbedder(
         queries. When most of a user's queries exceed 1, the predictor reads them
         with terms learnt elsewhere: refine the embeddings (``refine_steps``) or
         fine-tune on the user's models (``warm_start``). On the Open LLM data,
-        docs/transfer.md gives the share above 1 for new queries of the trained
+        docs/research/transfer.md gives the share above 1 for new queries of the trained
         benchmarks and for a benchmark left out of training, and
-        docs/choosing-an-embedder.md what to do about it.
+        docs/user_guide/choosing-an-embedder.md what to do about it.
 
         Parameters
         ----------

@@ -209,7 +209,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         :class:`~sklocus.LocusEmbedder`). A router embeds each model once, so
         refinement costs once per model, not per query; on 8 pools of 112 unseen
         Open LLM models it raised routing accuracy from 0.832 to 0.865 at 256
-        evaluations each (docs/results.md). Each model's embedding is the MAP
+        evaluations each (docs/research/results.md). Each model's embedding is the MAP
         estimate under a prior centred on the forward pass, so the more
         evaluations a model has, the further they move it. ``None`` uses the
         embedder's own ``refine_steps``; 0 routes with forward passes.
@@ -218,7 +218,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         per-group logit offset (:mod:`sklocus._groups`). About four times this
         many evaluations of a model in a group move its offset halfway to what
         they alone say. 3 was chosen among 1, 3, 10 and 30 on 8 pools of the Open
-        LLM data (docs/tuning.md): routing with benchmark groups 0.857 at 64
+        LLM data (docs/research/tuning.md): routing with benchmark groups 0.857 at 64
         evaluations a model against 0.846 for 10, correctness level.
     calibrate : bool, default=False
         Fit LOCUS's predictions to the pool's own evaluations before routing
@@ -228,7 +228,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         holds there, kept at 0 or above) and one offset per model, shrunk towards
         the pool's. It costs two more embeddings of each model, at ``fit`` and
         :meth:`add_models`. Off by default: on benchmarks the embedder never saw
-        it helped on some and hurt on others (docs/tuning.md).
+        it helped on some and hurt on others (docs/research/tuning.md).
 
     Attributes
     ----------

@@ -9,9 +9,9 @@ its training models (``embedding_scale_``), so a Euclidean distance reads the sa
 for every embedder: 1 is a typical pair, and 1e-4 is a pair that behaves alike on
 everything the embedder can tell apart. The thresholds of :func:`find_duplicates`
 and :func:`stable_duplicates` default to values measured in those units on the
-Open LLM Leaderboard data (docs/results.md). Cosine distance ignores the norm and
-measures angles from the origin, which every embedding shares a direction away
-from; it ranks pairs about as well on that data, but has no such unit.
+Open LLM Leaderboard data (docs/research/results.md). Cosine distance ignores the
+norm and measures angles from the origin, which every embedding shares a direction
+away from; it ranks pairs about as well on that data, but has no such unit.
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def find_duplicates(embeddings, threshold=None, *, metric="euclidean"):
         metric, in the units of ``LocusEmbedder`` embeddings (the median distance
         between two training models is 1). On the 5,949 Open LLM Leaderboard
         models it flags every pair whose train-query evaluations are identical
-        and few others, mostly models that answer alike (docs/results.md); for
+        and few others, mostly models that answer alike (docs/research/results.md); for
         looser near-duplicates raise it, watching how far the flagged pairs'
         scores differ. The cosine metric needs an explicit threshold.
     metric : {"euclidean", "cosine"}, default="euclidean"
@@ -281,7 +281,7 @@ def stable_duplicates(
         Largest distance of a duplicate pair, in every resample. ``None`` is 3e-4
         for the Euclidean metric (in the units of ``LocusEmbedder`` embeddings;
         measured with ``n_evals=128`` on the Open LLM Leaderboard data,
-        docs/results.md); the cosine metric needs an explicit threshold.
+        docs/research/results.md); the cosine metric needs an explicit threshold.
     metric : {"euclidean", "cosine"}, default="euclidean"
     random_state : int, RandomState instance or None, default=None
         Seeds the resampling.

@@ -876,3 +876,19 @@ def test_bad_input_to_embed_stream_is_one_line_naming_it(
     line = one_line_error(argv, parquet_evals, capsys)
     assert message in line, line
     assert not (parquet_evals / "s.parquet").exists()
+
+
+def test_parse_settings_is_the_one_grammar_of_set():
+    from sklocus.cli import parse_settings
+
+    parsed = parse_settings(["max_epochs=3", "lr = 1e-3", "device=cpu"])
+    assert parsed == {"max_epochs": 3, "lr": 1e-3, "device": "cpu"}
+    # Python objects cannot come from a command line; a caller reserves more.
+    with pytest.raises(ValueError, match="--set module: give it with Python"):
+        parse_settings(["module=None"])
+    with pytest.raises(ValueError, match="--set device: give it with --device"):
+        parse_settings(["device=cpu"], reserved={"device": "--device"})
+    with pytest.raises(ValueError, match="--set 'lr': expected NAME=VALUE"):
+        parse_settings(["lr"])
+    with pytest.raises(ValueError, match="no parameter 'n_latent'; its parameters"):
+        parse_settings(["n_latent=4"])

@@ -20,11 +20,21 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # Modules whose public names the API reference documents, beside sklocus itself.
-MODULES = ("geometry", "metrics", "encoders", "evaluations", "datasets", "report")
+MODULES = (
+    "geometry",
+    "metrics",
+    "encoders",
+    "evaluations",
+    "datasets",
+    "report",
+    "cli",
+)
 USER_GUIDE = (
     "data",
+    "encoders",
     "training",
     "onboarding",
+    "choosing-an-embedder",
     "routing",
     "geometry",
     "persistence",
@@ -81,7 +91,8 @@ def test_key_pages_exist(site):
         "generated/sklocus.LocusRouter",
         "user_guide/index",
         *(f"user_guide/{page}" for page in USER_GUIDE),
-        "results",
+        "research/index",
+        "research/results",
         "auto_examples/index",
     ]
     missing = [page for page in pages if not (site / f"{page}.html").is_file()]
@@ -89,8 +100,12 @@ def test_key_pages_exist(site):
 
 
 def test_every_markdown_report_is_in_the_site(site):
-    reports = sorted(path.stem for path in DOCS.glob("*.md"))
-    assert "results" in reports
+    reports = sorted(
+        path.relative_to(DOCS).with_suffix("").as_posix()
+        for path in DOCS.rglob("*.md")
+        if not path.is_relative_to(DOCS / "_build")
+    )
+    assert "research/results" in reports
     missing = [name for name in reports if not (site / f"{name}.html").is_file()]
     assert not missing, f"Markdown pages missing from the site: {missing}"
 

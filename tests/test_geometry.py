@@ -244,7 +244,7 @@ def test_stable_duplicates_recover_the_planted_duplicates(embedded):
         random_state=0,
     )
     precision, recall = _precision_recall(pairs, planted)
-    # Measured 1.0 and 1.0 (docs/geometry-synthetic.md: the threshold 0.22, in the
+    # Measured 1.0 and 1.0 (docs/research/geometry-synthetic.md: the threshold 0.22, in the
     # network's own units, lies inside the gap between duplicates and other
     # pairs), so assert a little below.
     assert recall >= 0.9  # one pair of ten (on a GPU-trained embedder: 0.9)

@@ -9,8 +9,9 @@ import warnings
 
 from sklocus.cli._common import UserError, one_line
 from sklocus.cli._parsers import build_parser
+from sklocus.cli._settings import parse_settings
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "parse_settings"]
 
 # What a user's input can make the library raise: each carries a message that
 # names the offending item. Anything else is a bug and keeps its traceback.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import time
@@ -26,6 +25,7 @@ from sklocus.cli._common import (
     one_line,
     say,
 )
+from sklocus.cli._settings import PYTHON_ONLY, parse_settings
 from sklocus.cli._tables import (
     MODEL,
     SIZE,
@@ -40,47 +40,20 @@ from sklocus.cli._tables import (
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import to_matrix
 
-# Parameters that the command line sets through their own options, or that hold
-# Python objects a command line cannot give.
+# Parameters that the command line sets through options of their own, or that
+# hold Python objects a command line cannot give.
 _NOT_SETTABLE = {
+    **PYTHON_ONLY,
     "query_encoder": "--encoder or --query-vectors",
     "device": "--device",
     "random_state": "--random-state",
     "verbose": "--quiet",
-    "callbacks": "Python",
-    "module": "Python",
-    "criterion": "Python",
 }
-
-
-def parse_settings(settings):
-    """``["name=value", ...]`` as parameters of ``LocusEmbedder``."""
-    known = LocusEmbedder().get_params()
-    parameters = {}
-    for setting in settings:
-        name, equals, text = setting.partition("=")
-        name = name.strip()
-        if not equals or not name:
-            raise UserError(f"--set {setting!r}: expected NAME=VALUE")
-        if name in _NOT_SETTABLE:
-            raise UserError(
-                f"--set {name}: give it with {_NOT_SETTABLE[name]}, not --set"
-            )
-        if name not in known:
-            raise UserError(
-                f"--set {name}: LocusEmbedder has no parameter {name!r}; its "
-                f"parameters are {sorted(set(known) - set(_NOT_SETTABLE))}"
-            )
-        try:
-            parameters[name] = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            parameters[name] = text.strip()
-    return parameters
 
 
 def run_fit(arguments):
     """Train and save an embedder."""
-    parameters = parse_settings(arguments.set)
+    parameters = parse_settings(arguments.set, reserved=_NOT_SETTABLE)
     output = Path(arguments.output)
     evaluations = read_evaluations(arguments)
     encoder = read_query_vectors(arguments) or evaluations.encoder

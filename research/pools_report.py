@@ -1,7 +1,7 @@
-"""The markdown section of ``openllm_pools.py --report``: verdicts, then tables.
+"""The markdown section of ``research/pools.py --report``: verdicts, then tables.
 
-Reads the JSON that ``openllm_pools.py --out`` writes and replaces the marked
-section of docs/results.md.
+Reads the JSON that ``research/pools.py --out`` writes and replaces the marked
+section of docs/research/results.md.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import numpy as np
-import openllm_baselines as baselines
 
+from research import baselines
 from sklocus.geometry import DUPLICATE_THRESHOLD, STABLE_DUPLICATE_THRESHOLD
 
 SIZES = (64, 128, 256, 512)
@@ -21,7 +21,7 @@ LOCUS = baselines.LOCUS
 LABEL_FREE = (*baselines.LABEL_FREE, "per-cluster accuracy (8 k-means clusters)")
 LABELLED = (baselines.LABELS, "per-benchmark accuracy (labels)")
 
-BEGIN = "<!-- pools: written by benchmarks/openllm_pools.py --report -->"
+BEGIN = "<!-- pools: written by research/pools.py --report -->"
 END = "<!-- end of pools -->"
 ROUTING_TARGET, CORRECTNESS_TARGET, PORTFOLIO_TARGET, PEARSON_TARGET = (
     0.87,
@@ -341,7 +341,7 @@ def paired_section(result, others):
         fit = other["fit"]
         lines += [
             "",
-            f"{label}: `openllm_pools.py DATA_FOLDER {other.get('arguments', '')}` "
+            f"{label}: `research/pools.py DATA_FOLDER {other.get('arguments', '')}` "
             f"at {other['commit']}; fitted at {fit.get('commit')} in "
             f"{fit.get('seconds', 0) / 60:.1f} min ({fit.get('epochs')} epochs, best "
             f"{fit.get('best_epoch')}).",
@@ -355,7 +355,7 @@ def report(result, others=()):
         BEGIN,
         f"## {len(result['pools'])} pools of unseen models, one onboarding fit",
         "",
-        f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER "
+        f"Written by `python -m research.pools DATA_FOLDER "
         f"{result.get('arguments', '')}` at commit {result['commit']} on "
         f"{result.get('date', '')}; the embedder was fitted at {fit.get('commit')} on "
         f"{fit.get('models')} models in {fit.get('seconds', 0) / 60:.1f} min "
@@ -363,9 +363,10 @@ def report(result, others=()):
         f"{result['evaluation_seconds'] / 60:.1f} min on 2 CPU cores. "
         f"Protocol: the script's docstring; {result['draws']} draws of the n "
         "evaluations per pool; a cell is the mean over pools ± its standard error. "
-        "The per-cluster tally is the label-free baseline of docs/tuning.md "
+        "The per-cluster tally is the label-free baseline of docs/research/tuning.md "
         "(8 k-means clusters of the training queries' encodings). The sections "
-        "after this one come from `benchmarks/openllm.py`, two pools with a fit "
+        "after this one come from the retired `benchmarks/openllm.py` (commit "
+        "6c23a51), two pools with a fit "
         "each, at the commit and defaults their first paragraph names; they show "
         "what this one does not (the pool setting, sample efficiency, stability, "
         "fallbacks, training on partially observed models).",
@@ -388,31 +389,19 @@ def place_section(text, section):
     return f"{title}\n\n{section.rstrip()}\n\n{body.lstrip()}"
 
 
-def keep_section(old_text, new_text):
-    """``new_text`` with the pools section of ``old_text``, if it had one.
-
-    benchmarks/openllm_report.py rewrites results.md; this keeps the section it
-    does not write, at the top.
-    """
-    if BEGIN not in old_text or END not in old_text:
-        return new_text
-    block = old_text[old_text.index(BEGIN) : old_text.index(END) + len(END)]
-    return place_section(new_text, block)
-
-
 def write_report(path, section):
     """Put ``section`` into the results page at ``path``."""
     path = Path(path)
     path.write_text(place_section(path.read_text(), section))
 
 
-ROUTER_PAGE = Path("docs/router-results.md")
+ROUTER_PAGE = Path("docs/research/router-results.md")
 
 
 def router_section(results):
     """LocusRouter's defaults, with and without query groups, over several seeds.
 
-    ``results`` are ``openllm_pools.py --out`` files of one protocol at several
+    ``results`` are ``research/pools.py --out`` files of one protocol at several
     seeds (each seed its own fit and its own pools). A cell is the mean over every
     (seed, pool) with its standard error; "paired" rows are a method minus the
     label tally it competes with, pool by pool.
@@ -435,7 +424,7 @@ def router_section(results):
     lines = [
         "# LocusRouter on pools of unseen models",
         "",
-        f"Written by `python benchmarks/openllm_pools.py DATA_FOLDER {command}` "
+        f"Written by `python -m research.pools DATA_FOLDER {command}` "
         f"at seeds S = {seeds} (measured at commits {runs} on {dates}), then "
         "`--report-router` of those files. "
         f"Each seed fits its own embedder on every model outside its pools "

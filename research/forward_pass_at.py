@@ -1,25 +1,27 @@
-"""The default embedder of another commit, on the pools of ``openllm_pools.py``.
+"""The default embedder of another commit, on the pools of ``research/pools.py``.
 
 For bisecting a change in held-out quality: check the commit out beside this
 one, then run this script with that checkout's sklocus and benchmarks::
 
     git worktree add --detach ../at COMMIT
-    PYTHONPATH=../at python benchmarks/forward_pass_at.py ../at DATA_FOLDER
+    PYTHONPATH=../at python -m research.forward_pass_at ../at DATA_FOLDER
         [--seed 0] [--draws 2] [--out FILE.json]
 
 It draws the 8 pools of 112 unseen fully observed dense models as
-``openllm_pools.py --seed S`` does, fits ``LocusEmbedder(random_state=S)`` (that
+``research/pools.py --seed S`` does, fits ``LocusEmbedder(random_state=S)`` (that
 commit's defaults) on the train-query evaluations of every other model, and
 measures that commit's forward pass (``transform`` then ``predict_correctness``)
 on each pool at n = 64, 128, 256 and 512 evaluations per model, over the first
 ``--draws`` draws, on the 269 test queries. It uses only what every commit
-since 02b3824 has: the checkout's ``benchmarks/openllm.py`` (``OpenLLM``,
-``draw_states``) and sklocus's public API.
+since 02b3824 has: the checkout's Open LLM data module (``OpenLLM``,
+``draw_states``; ``research/openllm_data.py``, or ``benchmarks/openllm.py``
+before the research scripts left ``benchmarks/``) and sklocus's public API.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -30,6 +32,20 @@ import numpy as np
 POOLS, POOL_SIZE, SIZES = 8, 112, (64, 128, 256, 512)
 
 
+def _data_module(checkout):
+    """The checkout's Open LLM data module, wherever that commit keeps it."""
+    for relative in ("research/openllm_data.py", "benchmarks/openllm.py"):
+        path = checkout / relative
+        if path.is_file():
+            # The older module imports its sibling scripts by their bare names.
+            sys.path.insert(0, str(path.parent))
+            spec = importlib.util.spec_from_file_location("openllm_at_commit", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise SystemExit(f"{checkout} has no Open LLM data module")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout", type=Path, help="the other commit's checkout")
@@ -38,8 +54,6 @@ def main():
     parser.add_argument("--draws", type=int, default=2)
     parser.add_argument("--out", type=Path)
     arguments = parser.parse_args()
-    sys.path.insert(0, str(arguments.checkout / "benchmarks"))
-    import openllm  # the checkout's
 
     import sklocus
     from sklocus import LocusEmbedder
@@ -48,6 +62,7 @@ def main():
 
     if Path(sklocus.__file__).resolve().parents[1] != arguments.checkout.resolve():
         raise SystemExit(f"sklocus comes from {sklocus.__file__}; set PYTHONPATH")
+    openllm = _data_module(arguments.checkout)
     seed = arguments.seed
     data = openllm.OpenLLM(arguments.data, "all-mpnet-base-v2")
     candidates = np.flatnonzero(data.fully_observed & data.dense)

@@ -15,8 +15,8 @@ For each embedder configuration it reports, on the default generator
 
 Usage::
 
-    python benchmarks/geometry_synthetic.py [--seeds 0 1]
-        [--out docs/geometry-synthetic.md] [--set name=value ...]
+    python -m research.geometry_synthetic [--seeds 0 1]
+        [--out docs/research/geometry-synthetic.md] [--set name=value ...]
 
 ``--set`` changes a ``LocusEmbedder`` parameter in every configuration (to
 measure a change to the defaults before making it).
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from overrides import parse_overrides
 from sklearn.metrics import adjusted_rand_score
 
 from sklocus import LocusEmbedder
+from sklocus.cli import parse_settings
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.geometry import (
@@ -187,7 +187,7 @@ def profile_error(data, embedder, embeddings, metric):
 
 def write(rows, out, overrides):
     changed = " ".join(f"{k}={v!r}" for k, v in overrides.items())
-    command = "python benchmarks/geometry_synthetic.py" + (
+    command = "python -m research.geometry_synthetic" + (
         f" --set {changed}" if changed else ""
     )
     header = (
@@ -249,10 +249,10 @@ def write(rows, out, overrides):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--out", default="docs/geometry-synthetic.md")
+    parser.add_argument("--out", default="docs/research/geometry-synthetic.md")
     parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE")
     arguments = parser.parse_args()
-    overrides = parse_overrides(arguments.set)
+    overrides = parse_settings(arguments.set)
     rows = []
     for name, params in CONFIGS.items():
         for seed in arguments.seeds:

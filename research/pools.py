@@ -14,12 +14,12 @@ costs 10-15 minutes on 2 CPU cores each; here one embedder serves them all:
 
 A cell is the mean over pools with its standard error (sd / sqrt(pools)). The
 pools share one fit, so the standard error covers the pool-to-pool spread and
-not the spread between training runs (docs/tuning.md measured that one: about
+not the spread between training runs (docs/research/tuning.md measured that one: about
 0.004 in correctness, less than the pool-to-pool spread in routing).
 
 Usage::
 
-    python benchmarks/openllm_pools.py DATA_FOLDER [--seed 0] [--pools 8]
+    python -m research.pools DATA_FOLDER [--seed 0] [--pools 8]
         [--draws 3] [--cache FOLDER] [--set name=value ...] [--out FILE]
 
 ``--cache`` keeps the fitted embedder as a model file (``sklocus.save``) keyed
@@ -39,18 +39,16 @@ from pathlib import Path
 
 import joblib
 import numpy as np
-import openllm
-import openllm_baselines as baselines
-import openllm_pools_report as pools_report
 import pandas as pd
-from overrides import parse_overrides
-from provenance import commit
 from sklearn.cluster import KMeans
 from sklearn.frozen import FrozenEstimator
-from variants import VARIANTS
 
 import sklocus
+from benchmarks.provenance import commit
+from research import baselines, openllm_data, pools_report
+from research.variants import VARIANTS
 from sklocus import KCenterSelector, LocusEmbedder, LocusRouter
+from sklocus.cli import parse_settings
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.geometry import (
     DUPLICATE_THRESHOLD,
@@ -61,7 +59,7 @@ from sklocus.geometry import (
 )
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
-POOL_SIZE = openllm.POOL_SIZE
+POOL_SIZE = openllm_data.POOL_SIZE
 ROUTER = "LocusRouter (defaults)"
 SIZES = pools_report.SIZES
 PORTFOLIO_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 75, 112)
@@ -143,7 +141,7 @@ def fitted_embedder(data, training, seed, variant, overrides, cache, code):
 
 
 class Baselines:
-    """The baselines of openllm.py plus the label-free cluster tally, fitted once."""
+    """The two-pool protocol's baselines and the cluster tally, fitted once."""
 
     def __init__(self, data, training, seed):
         self.data = data
@@ -248,7 +246,7 @@ def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws, rou
     figures = {}
     for n in SIZES:
         values = {}
-        for state in openllm.draw_states(seed, draws):
+        for state in openllm_data.draw_states(seed, draws):
             drawn = subsample(sets, n, random_state=state)
             p = fitted_baselines.predict(drawn) if fitted_baselines else cheap(drawn)
             for name, embedder in embedders.items():
@@ -409,7 +407,9 @@ def main():
     parser.add_argument("--cache", type=Path)
     parser.add_argument("--set", nargs="*", default=[], metavar="name=value")
     parser.add_argument(
-        "--variant", choices=sorted(VARIANTS), help="a network or loss of variants.py"
+        "--variant",
+        choices=sorted(VARIANTS),
+        help="a network or loss of research/variants.py",
     )
     parser.add_argument(
         "--refine",
@@ -467,13 +467,16 @@ def main():
         metavar=("JSON", "LABEL"),
         help="with --report: another run on the same pools, compared pool by pool",
     )
-    parser.add_argument("--markdown", type=Path, default=Path("docs/results.md"))
+    parser.add_argument(
+        "--markdown", type=Path, default=Path("docs/research/results.md")
+    )
     parser.add_argument(
         "--report-router",
         nargs="+",
         type=Path,
         metavar="JSON",
-        help="write docs/router-results.md from these --out files (one per seed)",
+        help="write docs/research/router-results.md from these --out files "
+        "(one per seed)",
     )
     arguments = parser.parse_args()
     if arguments.report_router:
@@ -491,11 +494,11 @@ def main():
         return
     if arguments.data is None:
         parser.error("DATA_FOLDER is needed to measure (only --report goes without)")
-    overrides = parse_overrides(arguments.set)
+    overrides = parse_settings(arguments.set)
     # The code that measures is the code checked out now, whatever happens to the
     # tree during the run.
     code = commit()
-    data = openllm.OpenLLM(arguments.data, "all-mpnet-base-v2")
+    data = openllm_data.OpenLLM(arguments.data, "all-mpnet-base-v2")
     pools = draw_pools(data, arguments.seed, arguments.pools)
     training = np.setdiff1d(np.arange(len(data.names)), np.concatenate(pools))
     if arguments.embedder:

@@ -1,8 +1,8 @@
 """Variants of LOCUS's network and loss that are not part of sklocus.
 
 Each is passed to ``LocusEmbedder`` through its ``module`` and ``criterion``
-parameters, the supported seam for such experiments; ``openllm_pools.py
---variant NAME`` fits one. What each did is in docs/tuning.md.
+parameters, the supported seam for such experiments; ``research/pools.py
+--variant NAME`` fits one. What each did is in docs/research/tuning.md.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ and as ``score >= 0.5`` for the logistic regression, as the metrics read them.
 
 Usage::
 
-    python benchmarks/small_pools.py [--llmrouter DIR] [--openllm DIR]
+    python -m research.small_pools [--llmrouter DIR] [--openllm DIR]
         [--sizes 10 20 50 100] [--seeds 0 1 2] [--set name=value ...]
         [--cache FOLDER] [--out FILE.json]
 
@@ -53,18 +53,18 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import openllm_baselines as baselines
 import pandas as pd
 import torch
-from overrides import parse_overrides
-from provenance import commit
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, KFold
 
 import sklocus
+from benchmarks.provenance import commit
+from research import baselines
 from sklocus import LocusEmbedder, LocusRouter
+from sklocus.cli import parse_settings
 from sklocus.datasets import load_evaluations
 from sklocus.encoders import PrecomputedEncoder
 from sklocus.evaluations import to_matrix
@@ -242,19 +242,19 @@ def _threads(rows):
 
 
 def report(rows, sources):
-    """docs/small-pools.md from the JSON lines of one or more runs (``sources``)."""
+    """docs/research/small-pools.md from the JSON lines of runs (``sources``)."""
     pools = list(dict.fromkeys(row["pool"] for row in rows))
     methods = list(rows[0]["correctness"])
     commits = sorted({row["commit"] for row in rows})
     dates = sorted({row["date"] for row in rows})
     commands = " and ".join(
-        f"`python benchmarks/small_pools.py {_command(arguments)}`"
+        f"`python -m research.small_pools {_command(arguments)}`"
         for arguments in dict.fromkeys(row["arguments"] for row in rows)
     )
     lines = [
         "# Small pools: LOCUS fitted on the pool itself",
         "",
-        f"Written by `python benchmarks/small_pools.py --report "
+        f"Written by `python -m research.small_pools --report "
         f"{' '.join(map(str, sources))}` from runs of {commands} (one per group "
         f"of seeds) at commit(s) {', '.join(commits)} on {', '.join(dates)}. "
         "Protocol: the script's docstring. Each seed fits `LocusEmbedder()` "
@@ -324,7 +324,7 @@ def main():
         nargs="+",
         type=Path,
         metavar="JSONL",
-        help="write docs/small-pools.md from these --out files",
+        help="write docs/research/small-pools.md from these --out files",
     )
     arguments = parser.parse_args()
     if arguments.report:
@@ -334,9 +334,9 @@ def main():
             for line in path.read_text().splitlines()
             if line.strip()
         ]
-        Path("docs/small-pools.md").write_text(report(rows, arguments.report))
+        Path("docs/research/small-pools.md").write_text(report(rows, arguments.report))
         return
-    overrides = parse_overrides(arguments.set)
+    overrides = parse_settings(arguments.set)
     code = commit()
     for seed in arguments.seeds:
         pools = []

@@ -1,22 +1,23 @@
 """LOCUS on a benchmark it never saw: transfer, small pools and fine-tuning (issue 15).
 
-    python benchmarks/openllm_transfer.py DATA_FOLDER [--folds arc gsm8k ...]
+    python -m research.transfer DATA_FOLDER [--folds arc gsm8k ...]
         [--pools 0 1 2] [--sizes 32 64 128 256] [--draws 3] [--set name=value ...]
         [--finetune name=value ...] [--small-pool gsm8k] [--cache DIR]
         [--refine STEPS PENALTY] [--finetune-only] [--out results.jsonl]
 
-``benchmarks/openllm_transfer_report.py`` turns the JSON lines into tables.
+``research/transfer_report.py`` turns the JSON lines into tables.
 
 Protocol. Each fold leaves one of the data's five benchmarks (arc, gsm8k, mmlu,
 truthfulqa, winogrande) out of training. Three groups of models are kept apart:
 
 - the *pools*: for each seed in ``--pools``, the 112 fully observed dense models of
-  ``benchmarks/openllm.py``'s pool of that seed. They are never trained on. Each
-  pool model is embedded from ``n`` of its evaluations on the left-out benchmark's
-  train-split queries (``n`` is capped at their number: 76 for mmlu, 80 for
-  winogrande, 102 for truthfulqa, 184 for arc, 364 for gsm8k), and every method
-  predicts the benchmark's test-split queries; correctness and routing accuracy are
-  measured there, each the mean over ``--draws`` draws of the ``n`` evaluations.
+  the pool that ``openllm_data.OpenLLM.draw_pool`` draws for that seed. They are
+  never trained on. Each pool model is embedded from ``n`` of its evaluations on the
+  left-out benchmark's train-split queries (``n`` is capped at their number: 76 for
+  mmlu, 80 for winogrande, 102 for truthfulqa, 184 for arc, 364 for gsm8k), and
+  every method predicts the benchmark's test-split queries; correctness and routing
+  accuracy are measured there, each the mean over ``--draws`` draws of the ``n``
+  evaluations.
 - the *user's models*: 100 other fully observed dense models (a fixed draw), whose
   left-out-benchmark evaluations stand for a user's own small pool: fine-tuning
   uses the first 20, the small-pool fits (``--small-pool``, mmlu by default) the
@@ -59,22 +60,19 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
 import joblib
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-import openllm_baselines as baselines  # noqa: E402
-from openllm import OpenLLM, draw_states  # noqa: E402
-from overrides import parse_overrides  # noqa: E402
-from provenance import commit as current_commit  # noqa: E402
-
-from sklocus import LocusEmbedder  # noqa: E402
-from sklocus.evaluations import subsample, to_matrix  # noqa: E402
-from sklocus.metrics import correctness_accuracy, routing_accuracy  # noqa: E402
+from benchmarks.provenance import commit as current_commit
+from research import baselines
+from research.openllm_data import OpenLLM, draw_states
+from sklocus import LocusEmbedder
+from sklocus.cli import parse_settings
+from sklocus.evaluations import subsample, to_matrix
+from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 BENCHMARKS = ("arc", "gsm8k", "mmlu", "truthfulqa", "winogrande")
 USER_MODELS = 100
@@ -299,8 +297,8 @@ def evaluate_pool(
 
 
 def run(arguments):
-    overrides = parse_overrides(arguments.set)
-    finetune = parse_overrides(arguments.finetune)
+    overrides = parse_settings(arguments.set)
+    finetune = parse_settings(arguments.finetune)
     data = OpenLLM(arguments.data, arguments.encoder)
     folds = Folds(data, arguments.pools)
     commit = current_commit()

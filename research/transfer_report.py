@@ -1,7 +1,7 @@
-"""Tables of ``openllm_transfer.py``'s JSON lines: docs/transfer.md and the transfer
-section of docs/results.md.
+"""Tables of ``research/transfer.py``'s JSON lines: docs/research/transfer.md and
+the transfer section of docs/research/results.md.
 
-    python benchmarks/openllm_transfer_report.py LINES [LINES ...] [--docs docs]
+    python -m research.transfer_report LINES [LINES ...] [--docs docs]
 
 Several files may be given: rows that two files share (same setting, fold, pool,
 method and n) are taken from the first, each fine-tuned row is labelled with the
@@ -25,9 +25,9 @@ ZERO_SHOT = "LOCUS zero-shot, refined"
 FORWARD = "LOCUS zero-shot, forward"
 SCRATCH = f"LOCUS scratch on {FINETUNE_MODELS}, refined"
 BASELINES = ("overall accuracy", "MF (dim 16)")
-REFINE = [50, 0.1]  # openllm_transfer.py's default --refine
+REFINE = [50, 0.1]  # research/transfer.py's default --refine
 PASSES = (("forward", "before (forward pass)"), ("refined", "after (refined)"))
-BEGIN = "<!-- transfer: written by benchmarks/openllm_transfer_report.py -->"
+BEGIN = "<!-- transfer: written by research/transfer_report.py -->"
 END = "<!-- end of transfer -->"
 
 
@@ -297,7 +297,7 @@ def fits(records):
 
 
 def page(records):
-    """The whole of docs/transfer.md below its header."""
+    """The whole of docs/research/transfer.md below its header."""
     scores = [r for r in records if r["kind"] == "score"]
     return "\n\n".join(
         [
@@ -393,15 +393,15 @@ def runs(paths):
 
 
 def write_docs(records, folder, command, paths):
-    """Write docs/transfer.md and the transfer section of docs/results.md."""
+    """Write docs/research/transfer.md and the transfer section of results.md."""
     folder = Path(folder)
     (folder / "transfer.md").write_text(
         "# Transfer to a benchmark the embedder never saw\n\n"
         f"Written by `{command}`; every figure below comes from the runs of "
-        "`python benchmarks/openllm_transfer.py DATA_FOLDER` with these "
+        "`python -m research.transfer DATA_FOLDER` with these "
         "options, whose JSON lines are in results/:\n\n"
         + runs(paths)
-        + "\n\nProtocol: benchmarks/openllm_transfer.py's docstring. A cell is the "
+        + "\n\nProtocol: research/transfer.py's docstring. A cell is the "
         "mean over pools ± their standard deviation.\n\n" + page(records) + "\n"
     )
     transfer, *small = headline(records)
@@ -411,7 +411,7 @@ def write_docs(records, folder, command, paths):
         "",
         "Correctness accuracy on the held-out queries of a benchmark left out of "
         "training (mean over three pools of 112 models ± sd), from "
-        "benchmarks/openllm_transfer.py; *before* is the forward pass this "
+        "research/transfer.py; *before* is the forward pass this "
         "library had, *after* adds `refine_steps=50`. Routing, paired "
         "differences, in-domain checks and query novelty: [transfer.md](transfer.md).",
         "",
@@ -438,21 +438,9 @@ def write_docs(records, folder, command, paths):
     results.write_text(text)
 
 
-def keep_section(old_text, new_text):
-    """``new_text`` with the transfer section of ``old_text`` appended, if it had one.
-
-    benchmarks/openllm_report.py rewrites results.md; this keeps the section it
-    does not write.
-    """
-    if BEGIN not in old_text:
-        return new_text
-    block = old_text[old_text.index(BEGIN) : old_text.index(END) + len(END)]
-    return new_text.rstrip("\n") + "\n\n" + block + "\n"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("lines", nargs="+", help="JSON lines of openllm_transfer.py")
+    parser.add_argument("lines", nargs="+", help="JSON lines of research/transfer.py")
     parser.add_argument(
         "--docs", help="folder whose transfer.md and results.md to write"
     )
@@ -462,7 +450,7 @@ def main():
         print(page(records))
         return
     command = (
-        "python benchmarks/openllm_transfer_report.py "
+        "python -m research.transfer_report "
         + " ".join(arguments.lines)
         + f" --docs {arguments.docs}"
     )

@@ -1,4 +1,4 @@
-"""Baselines that predict P(correct) for benchmarks/openllm.py (not part of sklocus).
+"""Baselines that predict P(correct) for the research scripts (not part of sklocus).
 
 Every baseline turns each target model's ``n`` observed evaluations into a
 prediction for every test query. Observations come as a matrix of shape

@@ -1,11 +1,11 @@
 """The default router on a benchmark its embedder never saw, calibrated or not.
 
-    python benchmarks/transfer_router.py DATA_FOLDER [--folds mmlu gsm8k ...]
+    python -m research.transfer_router DATA_FOLDER [--folds mmlu gsm8k ...]
         [--settings transfer in-domain] [--pools 0 1 2] [--sizes 32 64 128 256]
         [--draws 2] [--set name=value ...] [--cache DIR] [--out FILE.jsonl]
-    python benchmarks/transfer_router.py --report FILE.jsonl
+    python -m research.transfer_router --report FILE.jsonl
 
-The folds, pools and public-pool embedders are those of ``openllm_transfer.py``
+The folds, pools and public-pool embedders are those of ``research/transfer.py``
 (same ``--set``, same ``--cache`` file names, so either script reuses the other's
 fits): each fold leaves one of the five benchmarks out of the public pool's
 training. For each pool model, ``n`` evaluations are drawn (``draw_states``), and
@@ -33,13 +33,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from openllm import OpenLLM, draw_states
-from openllm_transfer import Folds, _key, cached_fit
-from overrides import parse_overrides
-from provenance import commit as current_commit
 from sklearn.frozen import FrozenEstimator
 
+from benchmarks.provenance import commit as current_commit
+from research.openllm_data import OpenLLM, draw_states
+from research.transfer import Folds, _key, cached_fit
 from sklocus import LocusEmbedder, LocusRouter
+from sklocus.cli import parse_settings
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import (
     correctness_accuracy,
@@ -103,7 +103,7 @@ def measure(folds, embedder, benchmark, setting, pool_seed, n, draws):
 
 
 def run(arguments):
-    overrides = parse_overrides(arguments.set)
+    overrides = parse_settings(arguments.set)
     data = OpenLLM(arguments.data, "all-mpnet-base-v2")
     folds = Folds(data, arguments.pools)
     commit = current_commit()
