@@ -14,7 +14,8 @@ prior centred on the forward pass. The data term grows with the number of
 evaluations and the prior does not, so a few evaluations barely move ``z`` and many
 move it as far as they justify.
 
-The minimisation is a fixed number of Adam steps from ``z0``. Adam's update is
+The minimisation is a fixed number of steps of ``torch.optim.Adam`` from ``z0``,
+with an optimiser made for the call and dropped after it. Adam's update is
 elementwise and each model's loss depends on its own embedding only, so a model's
 result does not depend on the other models of its batch (up to float rounding), and
 the same evaluations always give the same vector: nothing is drawn at random and no
@@ -67,22 +68,17 @@ def refine_embeddings(
     if mask is not None:
         weight = mask.to(torch.float32)
     targets = scores.float()
-    z = start.clone()
-    first = torch.zeros_like(z)
-    second = torch.zeros_like(z)
-    beta1, beta2 = _BETAS
-    for step in range(1, steps + 1):
-        z.requires_grad_(True)
+    z = start.clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([z], lr=step_size, betas=_BETAS, eps=_EPS)
+    for _ in range(steps):
         with torch.enable_grad():
             logits = predictor.score_projected(z, projected, codes)
             loss = nn.functional.binary_cross_entropy_with_logits(
                 logits, targets, weight=weight, reduction="sum"
             )
             loss = loss + 0.5 * penalty * (z - start).pow(2).sum()
-            (gradient,) = torch.autograd.grad(loss, z)
-        z = z.detach()
-        first.mul_(beta1).add_(gradient, alpha=1 - beta1)
-        second.mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)
-        denominator = (second / (1 - beta2**step)).sqrt_().add_(_EPS)
-        z.addcdiv_(first, denominator, value=-step_size / (1 - beta1**step))
-    return z
+            # autograd.grad, not backward: the gradient reaches z alone, and no
+            # .grad accumulates on the predictor's parameters.
+            (z.grad,) = torch.autograd.grad(loss, z)
+        optimizer.step()
+    return z.detach()
