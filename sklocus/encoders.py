@@ -11,16 +11,11 @@ sklocus provides two:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import numbers
 import os
-import sqlite3
-import sys
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,6 +23,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval
 
 from sklocus._device import resolve_device
+from sklocus._encoding_cache import DiskCache, MemoryCache
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import on_terminal
 from sklocus._validation import as_item_list
@@ -49,11 +45,6 @@ _PROGRESS_MIN_TEXTS = 512
 # characters would hold 1 to 4 GB), and in entries.
 _MEMORY_TEXTS = 50_000
 _MEMORY_BYTES = 128 * 2**20
-
-
-def _entry_bytes(text, vector):
-    """Bytes an in-memory encoding holds: its text, its vector, their objects."""
-    return sys.getsizeof(text) + sys.getsizeof(vector)
 
 
 def as_query_list(queries) -> list:
@@ -252,10 +243,8 @@ class SentenceEncoder(_QueryEncoder):
             state = {
                 "key": key,
                 "model": None,
-                "memory": OrderedDict(),
-                "memory_bytes": 0,
+                "memory": MemoryCache(_MEMORY_TEXTS, _MEMORY_BYTES),
                 "lock": threading.Lock(),  # loading the model
-                "memory_lock": threading.Lock(),
             }
             self.__dict__["_runtime"] = state
         return state
@@ -283,16 +272,13 @@ class SentenceEncoder(_QueryEncoder):
         return int(model.get_sentence_embedding_dimension())
 
     def _encode_distinct(self, texts):
-        state = self._state()
-        memory, lock = state["memory"], state["memory_lock"]
-        with lock:
-            found = {text: memory[text] for text in texts if text in memory}
-            for text in found:
-                memory.move_to_end(text)
+        memory = self._state()["memory"]
+        disk = None if self.cache_dir is None else DiskCache(self.cache_dir, self.model)
+        found = memory.lookup(texts)
         missing = [text for text in texts if text not in found]
         new = {}
-        if missing and self.cache_dir is not None:
-            new.update(self._disk_lookup(missing))
+        if missing and disk is not None:
+            new.update(disk.lookup(missing))
             missing = [text for text in missing if text not in new]
         if missing:
             show = self.show_progress
@@ -306,68 +292,14 @@ class SentenceEncoder(_QueryEncoder):
                 convert_to_numpy=True,
             )
             encoded = dict(zip(missing, np.asarray(encoded, dtype=np.float32)))
-            if self.cache_dir is not None:
-                self._disk_store(encoded)
+            if disk is not None:
+                disk.store(encoded)
             new.update(encoded)
-        if new:
-            found.update(new)
-            with lock:
-                for text, vector in new.items():
-                    if text not in memory:
-                        # A copy: a row of a batch's array would keep it all.
-                        memory[text] = vector = vector.copy()
-                        state["memory_bytes"] += _entry_bytes(text, vector)
-                while memory and (
-                    len(memory) > _MEMORY_TEXTS or state["memory_bytes"] > _MEMORY_BYTES
-                ):
-                    text, vector = memory.popitem(last=False)
-                    state["memory_bytes"] -= _entry_bytes(text, vector)
+        memory.store(new)
+        found.update(new)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[text] for text in texts]).astype(np.float32, copy=False)
-
-    def _disk_path(self):
-        folder = Path(self.cache_dir).expanduser()
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / "sklocus-encodings.sqlite3"
-
-    def _connect(self):
-        connection = sqlite3.connect(self._disk_path(), timeout=60)
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS encodings (model TEXT, text_sha256 TEXT, "
-            "vector BLOB, PRIMARY KEY (model, text_sha256))"
-        )
-        return connection
-
-    @staticmethod
-    def _digest(text):
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    def _disk_lookup(self, texts):
-        found = {}
-        by_digest = {self._digest(text): text for text in texts}
-        digests = list(by_digest)
-        with self._connect() as connection:
-            for start in range(0, len(digests), 500):
-                chunk = digests[start : start + 500]
-                rows = connection.execute(
-                    "SELECT text_sha256, vector FROM encodings WHERE model = ? AND "
-                    f"text_sha256 IN ({','.join('?' * len(chunk))})",
-                    [self.model, *chunk],
-                )
-                for digest, blob in rows:
-                    found[by_digest[digest]] = np.frombuffer(blob, dtype=np.float32)
-        return found
-
-    def _disk_store(self, vectors):
-        rows = [
-            (self.model, self._digest(text), np.asarray(vector, np.float32).tobytes())
-            for text, vector in vectors.items()
-        ]
-        with self._connect() as connection:
-            connection.executemany(
-                "INSERT OR REPLACE INTO encodings VALUES (?, ?, ?)", rows
-            )
 
 
 class PrecomputedEncoder(_QueryEncoder):

@@ -47,9 +47,10 @@ def test_sentence_encoder_keeps_the_texts_used_last_in_memory(monkeypatch):
     texts = [f"text number {i}" for i in range(5)]
     one_by_one = np.vstack([encoder.transform([text]) for text in texts])
     memory = encoder._state()["memory"]
-    assert list(memory) == texts[2:]
+    assert [text in memory for text in texts] == [False, False, True, True, True]
     encoder.transform([texts[2]])  # used again: now the newest
-    assert list(memory) == [texts[3], texts[4], texts[2]]
+    encoder.transform([texts[0]])  # so texts[3] is the one to go
+    assert [text in memory for text in texts] == [True, False, True, False, True]
     # A batch larger than the cache still comes back whole.
     np.testing.assert_allclose(encoder.transform(texts), one_by_one, atol=1e-6)
     assert len(memory) == 3
@@ -68,11 +69,13 @@ def test_sentence_encoder_is_safe_from_threads(minilm):
 
 
 def test_sentence_encoder_disk_cache_survives_a_new_process_state(tmp_path):
+    from sklocus._encoding_cache import DiskCache
+
     first = SentenceEncoder(cache_dir=tmp_path)
     vectors = first.transform(QUERIES)
     second = pickle.loads(pickle.dumps(first))  # drops the in-memory cache and model
     assert "_runtime" not in second.__dict__
-    found = second._disk_lookup(list(dict.fromkeys(QUERIES)))
+    found = DiskCache(tmp_path, second.model).lookup(list(dict.fromkeys(QUERIES)))
     assert set(found) == set(QUERIES)
     np.testing.assert_array_equal(second.transform(QUERIES), vectors)
 

@@ -277,16 +277,15 @@ def test_the_encoder_cache_is_bounded_in_bytes(monkeypatch):
     long_texts = [f"{i} " + "long words " * 2000 for i in range(200)]  # 22 kB each
     for start in range(0, 200, 50):
         encoder.transform(long_texts[start : start + 50])
-    state = encoder._state()
-    held = sum(
-        sys.getsizeof(text) + sys.getsizeof(vector)
-        for text, vector in state["memory"].items()
-    )
-    assert held == state["memory_bytes"] <= 2**20
-    assert 20 < len(state["memory"]) < 60  # the newest texts, as many as fit
-    assert list(state["memory"])[-1] == long_texts[-1]
+    memory = encoder._state()["memory"]
+    held = memory.lookup(long_texts)
+    assert len(held) == len(memory)
+    counted = sum(sys.getsizeof(text) + sys.getsizeof(v) for text, v in held.items())
+    assert counted <= memory.nbytes <= 2**20
+    assert 20 < len(memory) < 60  # the newest texts, as many as fit
+    assert long_texts[-1] in memory and long_texts[0] not in memory
     # Each vector owns its memory: no row keeps a whole batch alive.
-    assert all(vector.base is None for vector in state["memory"].values())
+    assert all(vector.base is None for vector in held.values())
 
 
 # -- 8: unprintable model names ------------------------------------------------------

@@ -1,0 +1,151 @@
+"""The caches of :class:`~sklocus.encoders.SentenceEncoder`'s encodings.
+
+Two levels: the encodings of the texts used last, in memory, and every encoding in
+one SQLite file of a folder, shared across processes and sessions. Both map a text
+to its float32 vector; neither encodes anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+from cachetools import LRUCache
+
+# The on-disk cache: its file in the folder, and the texts looked up per query.
+DISK_FILE_NAME = "sklocus-encodings.sqlite3"
+_DISK_LOOKUP_CHUNK = 500
+
+
+def _entry_bytes(entry):
+    """Bytes an in-memory ``(text, vector)`` entry holds: the objects and the pair."""
+    text, vector = entry
+    return sys.getsizeof(entry) + sys.getsizeof(text) + sys.getsizeof(vector)
+
+
+class MemoryCache:
+    """Encodings of the texts used last, bounded in bytes and in texts; thread-safe.
+
+    A ``cachetools.LRUCache`` whose size is bytes (text, vector and the pair of
+    them), under a lock; past ``max_texts`` texts it drops the least recently used
+    too.
+
+    Parameters
+    ----------
+    max_texts : int
+        Most texts held.
+    max_bytes : int
+        Most bytes held, texts included.
+    """
+
+    def __init__(self, max_texts, max_bytes):
+        self._entries = LRUCache(maxsize=max_bytes, getsizeof=_entry_bytes)
+        self._max_texts = max_texts
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return len(self._entries)
+
+    def __contains__(self, text):
+        return text in self._entries
+
+    @property
+    def nbytes(self):
+        """Bytes the cache counts its entries to hold (at most ``max_bytes``)."""
+        return self._entries.currsize
+
+    def lookup(self, texts):
+        """Return ``{text: vector}`` of the ``texts`` found, now the most recent."""
+        found = {}
+        with self._lock:
+            for text in texts:
+                entry = self._entries.get(text)
+                if entry is not None:
+                    found[text] = entry[1]
+        return found
+
+    def store(self, vectors):
+        """Keep ``{text: vector}``, dropping the least recently used as needed."""
+        with self._lock:
+            for text, vector in vectors.items():
+                if text in self._entries:
+                    continue
+                # A copy: a row of a batch's array would keep it all.
+                entry = (text, np.array(vector, dtype=np.float32))
+                # A text too large for the whole cache is not kept, rather than
+                # emptying the cache for it.
+                if self._entries.getsizeof(entry) <= self._entries.maxsize:
+                    self._entries[text] = entry
+            while len(self._entries) > self._max_texts:
+                self._entries.popitem()
+
+
+class DiskCache:
+    """Encodings in one SQLite file of ``folder``, keyed by model name and text.
+
+    A row is ``(model, text_sha256, vector)``: the model's name as given, the
+    SHA-256 of the UTF-8 text, and the float32 vector's bytes. Each call opens its
+    own connection, so the cache serves threads and processes alike.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        Created if missing.
+    model : str or path-like
+        The model whose encodings to read and write.
+    """
+
+    def __init__(self, folder, model):
+        self.folder = folder
+        self.model = os.fspath(model)
+
+    def path(self):
+        """Return the path of the SQLite file, creating its folder if missing."""
+        folder = Path(self.folder).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / DISK_FILE_NAME
+
+    def _connect(self):
+        connection = sqlite3.connect(self.path(), timeout=60)
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS encodings (model TEXT, text_sha256 TEXT, "
+            "vector BLOB, PRIMARY KEY (model, text_sha256))"
+        )
+        return connection
+
+    @staticmethod
+    def _digest(text):
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def lookup(self, texts):
+        """Return ``{text: vector}`` of the ``texts`` found on disk."""
+        found = {}
+        by_digest = {self._digest(text): text for text in texts}
+        digests = list(by_digest)
+        with self._connect() as connection:
+            for start in range(0, len(digests), _DISK_LOOKUP_CHUNK):
+                chunk = digests[start : start + _DISK_LOOKUP_CHUNK]
+                rows = connection.execute(
+                    "SELECT text_sha256, vector FROM encodings WHERE model = ? AND "
+                    f"text_sha256 IN ({','.join('?' * len(chunk))})",
+                    [self.model, *chunk],
+                )
+                for digest, blob in rows:
+                    found[by_digest[digest]] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def store(self, vectors):
+        """Write ``{text: vector}``, replacing what the file held for those texts."""
+        rows = [
+            (self.model, self._digest(text), np.asarray(vector, np.float32).tobytes())
+            for text, vector in vectors.items()
+        ]
+        with self._connect() as connection:
+            connection.executemany(
+                "INSERT OR REPLACE INTO encodings VALUES (?, ?, ?)", rows
+            )
