@@ -85,15 +85,6 @@ _ARCHITECTURE = (
     "prior_tokens",
     "predictor_hidden",
 )
-# Parameters added since the first release, with the default that reproduces
-# what an embedder pickled before them did.
-_ADDED_PARAMETERS = {
-    "refine_steps": 0,
-    "refine_penalty": 0.1,
-    "warm_start": False,
-    "module": None,
-    "criterion": None,
-}
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 
@@ -723,16 +714,9 @@ class LocusEmbedder(
         return fraction, max_epochs, epoch_size
 
     def __setstate__(self, state):
-        # Embedders pickled before a parameter existed load with its default,
-        # which behaves as they did.
-        for name, default in _ADDED_PARAMETERS.items():
-            state.setdefault(name, default)
         super().__setstate__(state)
         net = self.__dict__.get("net_")
         if net is not None:
-            # Fitted before embedding_scale_ existed: embeddings in the network's
-            # own units, as they were.
-            self.__dict__.setdefault("embedding_scale_", 1.0)
             # skorch loads a network trained on a GPU onto the CPU where no GPU is
             # present (warning with a DeviceWarning); inference follows the network.
             self.device_ = str(net.device)

@@ -47,10 +47,7 @@ from sklocus.metrics import best_models
 _QUERY_CHUNK = 8192
 
 
-# Parameters added since the first release, with the value that reproduces what a
-# router pickled or saved before them did.
-ADDED_PARAMETERS = {"refine_steps": None, "group_shrinkage": 3.0, "calibrate": False}
-# Fitted attributes added since, None in routers fitted before them.
+# What calibrate=True fits (None otherwise).
 _CALIBRATION = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
 
 
@@ -292,16 +289,6 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.refine_steps = refine_steps
         self.group_shrinkage = group_shrinkage
         self.calibrate = calibrate
-
-    def __setstate__(self, state):
-        # Routers pickled before a parameter existed load with the value that
-        # behaves as they did.
-        for name, default in ADDED_PARAMETERS.items():
-            state.setdefault(name, default)
-        if "embeddings_" in state:  # fitted before query groups or calibration
-            for name in ("groups_", "group_offsets_", *_CALIBRATION):
-                state.setdefault(name, None)
-        super().__setstate__(state)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -34,9 +34,10 @@ def warn_if_other_version(written, what):
 class VersionStampMixin:
     """Stamp pickles (joblib included) with the sklocus version that wrote them.
 
-    Loading a pickle from another version warns with
-    :class:`SklocusVersionWarning`, as scikit-learn does for its own version.
-    Pickles written before the stamp existed (sklocus 0.1.0) load silently.
+    Loading a pickle from another version, or one without the stamp (which no
+    release writes), warns with :class:`SklocusVersionWarning`, as scikit-learn
+    does for its own version. A pickle that lacks one of the estimator's
+    parameters is refused: nothing would say what it was fitted with.
     """
 
     def __getstate__(self):
@@ -45,7 +46,23 @@ class VersionStampMixin:
         return state
 
     def __setstate__(self, state):
+        what = f"This pickled {type(self).__name__}"
         written = state.pop("_sklocus_version", None)
-        if written is not None:
-            warn_if_other_version(written, f"This pickled {type(self).__name__}")
+        if written is None:
+            warnings.warn(
+                f"{what} carries no sklocus version stamp, so no sklocus release "
+                f"wrote it; sklocus {__version__} may not load it as it was. "
+                "Refit it.",
+                SklocusVersionWarning,
+                stacklevel=2,
+            )
+        else:
+            warn_if_other_version(written, what)
+        missing = [name for name in self._get_param_names() if name not in state]
+        if missing:
+            raise ValueError(
+                f"{what} lacks parameters {missing}, so another sklocus than this "
+                f"one ({__version__}) wrote it (its version stamp: {written}). "
+                "Load it with the sklocus that wrote it, or refit it."
+            )
         super().__setstate__(state)

@@ -682,18 +682,6 @@ def test_fine_tuned_embedder_round_trips_through_joblib_in_a_fresh_process(
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
-def test_an_embedder_pickled_before_refinement_and_warm_start_still_loads(fitted, data):
-    import pickle
-
-    old = pickle.loads(pickle.dumps(fitted))
-    for name in ("refine_steps", "refine_penalty", "warm_start"):
-        del old.__dict__[name]
-    loaded = pickle.loads(pickle.dumps(old))
-    assert (loaded.refine_steps, loaded.warm_start) == (0, False)
-    sets = data.evaluation_sets[:3]
-    np.testing.assert_array_equal(loaded.transform(sets), fitted.transform(sets))
-
-
 # -- how new the queries are ------------------------------------------------------------
 
 
@@ -927,25 +915,3 @@ def test_embeddings_are_in_units_of_the_typical_distance_between_training_models
     # Predictions read the embeddings in those units: scaling them changes the answer.
     p = embedder.predict_correctness(z, data.query_ids[:20])
     assert not np.allclose(p, embedder.predict_correctness(2 * z, data.query_ids[:20]))
-
-
-def test_an_embedder_pickled_before_embedding_scale_keeps_its_units(fitted, data):
-    import pickle
-
-    old = pickle.loads(pickle.dumps(fitted))
-    del old.__dict__["embedding_scale_"]
-    loaded = pickle.loads(pickle.dumps(old))
-    sets = data.evaluation_sets[:3]
-    assert loaded.embedding_scale_ == 1.0
-    np.testing.assert_allclose(
-        loaded.transform(sets) / fitted.embedding_scale_,
-        fitted.transform(sets),
-        rtol=1e-5,
-        atol=1e-6,
-    )
-    z = loaded.transform(sets)
-    np.testing.assert_allclose(
-        loaded.predict_correctness(z, data.query_ids[:5]),
-        fitted.predict_correctness(fitted.transform(sets), data.query_ids[:5]),
-        atol=1e-6,
-    )

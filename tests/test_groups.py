@@ -189,33 +189,3 @@ def test_routers_refine_the_pool_by_default_and_leave_the_embedder_alone(pool):
     forward.fit(list(queries[train]), Y.iloc[train])
     np.testing.assert_allclose(forward.embeddings_, embedder.transform(sets), atol=1e-6)
     assert np.abs(router.embeddings_ - forward.embeddings_).max() > 1e-3
-
-
-def test_routers_pickled_before_the_new_parameters_behave_as_they_did(pool):
-    embedder, queries, _, Y, train, test = pool
-    router = LocusRouter(FrozenEstimator(embedder), refine_steps=None, calibrate=False)
-    router.fit(list(queries[train]), Y.iloc[train])
-    state = router.__getstate__()
-    added = (
-        "refine_steps",
-        "group_shrinkage",
-        "calibrate",
-        "groups_",
-        "group_offsets_",
-    )
-    for name in (*added, "calibration_slope_", "calibration_intercept_"):
-        del state[name]
-    del state["model_offsets_"]
-    old = LocusRouter.__new__(LocusRouter)
-    old.__setstate__(state)
-    assert old.refine_steps is None and old.groups_ is None
-    assert old.calibrate is False and old.model_offsets_ is None
-    np.testing.assert_array_equal(
-        old.predict_correctness(list(queries[test])),
-        router.predict_correctness(list(queries[test])),
-    )
-    unfitted = LocusRouter().__getstate__()
-    del unfitted["refine_steps"]
-    blank = LocusRouter.__new__(LocusRouter)
-    blank.__setstate__(unfitted)
-    assert not hasattr(blank, "groups_")  # still unfitted

@@ -1,5 +1,3 @@
-import pickle
-
 import numpy as np
 import pytest
 import torch
@@ -214,16 +212,6 @@ def test_prior_tokens_let_the_encoder_tell_how_much_evidence_it_has():
             assert gap.min() > 1e-3
         else:
             assert gap.max() < 1e-5
-
-
-def test_an_encoder_pickled_before_prior_tokens_still_loads():
-    encoder = SetEncoder(QUERY_DIM, DIM, n_latents=4, n_layers=1, n_heads=2).eval()
-    vectors, scores, mask = _set_batch()
-    z = encoder(*_coded(vectors), scores, mask)
-    del encoder._parameters["prior"]  # as pickled by an older sklocus
-    loaded = pickle.loads(pickle.dumps(encoder))
-    assert loaded.prior.shape == (0, DIM)
-    torch.testing.assert_close(loaded(*_coded(vectors), scores, mask), z)
 
 
 def test_predictor_shape_and_pairwise_equals_forward():

@@ -284,6 +284,10 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"unknown parameters \['__class__'\]",
         ),
         (
+            lambda h: h["estimator"]["params"].pop("calibrate"),
+            r"LocusRouter\) lacks parameters \['calibrate'\]",
+        ),
+        (
             lambda h: h["estimator"]["params"].update({"cost_weight": -1.0}),
             r"invalid parameters: .*cost_weight",
         ),
@@ -355,6 +359,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         "wrong-type",
         "method-name",
         "unknown-parameter",
+        "missing-parameter",
         "invalid-parameter",
         "missing-attribute",
         "newer-format",
@@ -600,24 +605,37 @@ def test_a_loaded_embedder_can_be_fine_tuned(fitted, data, tmp_path):
     )
 
 
-def test_a_format_1_file_loads_in_the_network_units_it_had(fitted, data, tmp_path):
-    """Format 1 had no embedding_scale_: its embedder loads with 1.0, as it was."""
+def test_a_file_of_an_earlier_format_is_refused(fitted, tmp_path):
+    """Formats 1 and 2 came only from development builds before the first release."""
     path = tmp_path / "router.sklocus"
     sklocus.save(fitted["router"], path)
+    rewrite(path, lambda h: h.update({"format_version": 2}))
+    with pytest.raises(
+        ModelFileError,
+        match=r"in model file format 2, which sklocus .* does not read \(it reads "
+        r"format 3\)\. Refit the estimator and save it again",
+    ):
+        sklocus.load(path)
 
-    def to_format_1(header):
-        header["format_version"] = 1
-        embedder = header["estimator"]["fitted"]["embedder_"]["estimator"]
-        del embedder["fitted"]["embedding_scale_"]
 
-    rewrite(path, to_format_1)
-    loaded = sklocus.load(path).embedder_
-    original = fitted["router"].embedder_
-    assert loaded.embedding_scale_ == 1.0 != original.embedding_scale_
-    sets = data.evaluation_sets[:4]
-    np.testing.assert_allclose(
-        loaded.transform(sets),
-        original.transform(sets) * original.embedding_scale_,
-        rtol=1e-5,
-        atol=1e-6,
-    )
+def test_a_pickle_without_the_version_stamp_loads_with_a_warning(fitted):
+    state = fitted["router"].__getstate__()
+    del state["_sklocus_version"]
+    router = LocusRouter.__new__(LocusRouter)
+    with pytest.warns(SklocusVersionWarning, match="carries no sklocus version stamp"):
+        router.__setstate__(state)
+    assert router.get_params() == fitted["router"].get_params()
+
+
+@pytest.mark.parametrize("name", ["embedder", "router"])
+def test_a_pickle_lacking_a_parameter_is_refused(fitted, name):
+    estimator = fitted[name]
+    state = estimator.__getstate__()
+    del state["refine_steps"]
+    blank = type(estimator).__new__(type(estimator))
+    with pytest.raises(
+        ValueError,
+        match=rf"pickled {type(estimator).__name__} lacks parameters "
+        r"\['refine_steps'\], so another sklocus than this one",
+    ):
+        blank.__setstate__(state)

@@ -37,9 +37,9 @@ from sklocus._versioning import __version__, warn_if_other_version
 __all__ = ["ModelFileError", "load", "save"]
 
 _FORMAT = "sklocus-estimator"
-# Bump when a file written now could not be read by an older sklocus.
-# 2: LocusEmbedder.embedding_scale_ (files of format 1 load with 1.0).
-# 3: an estimator reached twice is described once, then referred to ("same_as").
+# Bump when a file written now could not be read by an older sklocus. Formats 1
+# and 2 were written only by development builds before the first release, and
+# are refused.
 _FORMAT_VERSION = 3
 _METADATA_KEY = "sklocus"
 # Deeper descriptions are refused before anything recurses into them.
@@ -133,8 +133,8 @@ def load(path):
     ------
     ModelFileError
         When the file is not a sklocus model file, was damaged or modified, was
-        written in a newer format than this sklocus reads, or holds anything but
-        the expected classes and types.
+        written in another format than the one this sklocus reads, or holds
+        anything but the expected classes and types.
 
     Warns
     -----
@@ -235,13 +235,19 @@ def _read_header(path, metadata):
     ):
         raise ModelFileError(
             f"{path} describes format {fmt!r} version {version!r}; expected "
-            f"{_FORMAT!r} version 1 to {_FORMAT_VERSION}"
+            f"{_FORMAT!r} version {_FORMAT_VERSION}"
         )
     if version > _FORMAT_VERSION:
         raise ModelFileError(
             f"{path} was written by sklocus {written} in model file format "
             f"{version}; sklocus {__version__} reads formats up to "
             f"{_FORMAT_VERSION}. Load it with a newer sklocus."
+        )
+    if version < _FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path} was written by sklocus {written} in model file format "
+            f"{version}, which sklocus {__version__} does not read (it reads "
+            f"format {_FORMAT_VERSION}). Refit the estimator and save it again."
         )
     return header
 

@@ -13,8 +13,6 @@ from skorch.history import History
 
 from sklocus._embedder import LocusEmbedder, locus_network, release_training_state
 from sklocus._persistence._schema import (
-    ADDED,
-    ADDED_PARAMETERS,
     CLASSES,
     FITTED,
     NESTED,
@@ -84,13 +82,15 @@ class Reader:
             raise self.refuse(
                 f"{where} gives {name} unknown parameters {sorted(unknown)}"
             )
+        # save writes every parameter: a file without one would load with today's
+        # default, which need not be what it was fitted with.
+        missing = set(cls._get_param_names()) - set(params)
+        if missing:
+            raise self.refuse(f"{where} ({name}) lacks parameters {sorted(missing)}")
         estimator = cls(
             **{
-                **ADDED_PARAMETERS.get(cls, {}),
-                **{
-                    key: self.attribute(v, key, f"{where}.{key}")
-                    for key, v in params.items()
-                },
+                key: self.attribute(v, key, f"{where}.{key}")
+                for key, v in params.items()
             }
         )
         try:
@@ -139,8 +139,7 @@ class Reader:
     def set_fitted(self, estimator, fitted, where):
         cls = type(estimator)
         expected = FITTED[cls]
-        added = ADDED.get(cls, {})
-        missing = expected.keys() - fitted.keys() - added.keys()
+        missing = expected.keys() - fitted.keys()
         if missing:
             raise self.refuse(
                 f"{where} ({cls.__name__}) lacks fitted attributes {sorted(missing)}"
@@ -160,8 +159,6 @@ class Reader:
                     f"{describe(kind)}"
                 )
             vars(estimator)[name] = value
-        for name, default in added.items():
-            vars(estimator).setdefault(name, default)
         if isinstance(estimator, LocusEmbedder):
             # Inference runs where the network is (the CPU when saved on a GPU
             # and loaded where none is).

@@ -9,7 +9,6 @@ from sklearn.frozen import FrozenEstimator
 from skorch import NeuralNet
 
 from sklocus._embedder import LocusEmbedder
-from sklocus._router import ADDED_PARAMETERS as ROUTER_ADDED_PARAMETERS
 from sklocus._router import LocusRouter, check_cost
 from sklocus._selection import (
     CoverageGreedySelector,
@@ -81,21 +80,6 @@ FITTED = {
     # FrozenEstimator keeps no state of its own.
     FrozenEstimator: {},
 }
-# Fitted attributes that files of an older format lack, with the value that
-# reproduces what those files did.
-ADDED = {
-    LocusEmbedder: {"embedding_scale_": 1.0},
-    LocusRouter: {
-        "groups_": None,
-        "group_offsets_": None,
-        "calibration_slope_": None,
-        "calibration_intercept_": None,
-        "model_offsets_": None,
-    },
-}
-# Parameters that files of an older format lack, with the value that reproduces
-# what those files did (a class's default may have changed since).
-ADDED_PARAMETERS = {LocusRouter: ROUTER_ADDED_PARAMETERS}
 # Fitted attributes that only some fits set (scikit-learn's, from a DataFrame).
 OPTIONAL = {"feature_names_in_": Array("OU", 1)}
 CLASSES = {cls.__name__: cls for cls in FITTED}

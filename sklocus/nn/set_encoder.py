@@ -172,13 +172,6 @@ class SetEncoder(nn.Module):
             tokens = layer(tokens, mask)
         return apart_from_batch(self.output, self.pooling(tokens, mask))
 
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        # An encoder pickled by sklocus before prior tokens existed has none.
-        if "prior" not in self._parameters:
-            width = self.output[1].out_features
-            self.prior = nn.Parameter(torch.zeros(0, width))
-
     def _with_prior(self, tokens, mask):
         """Append the learned prior tokens to every set (and to its mask)."""
         n_prior = len(self.prior)
