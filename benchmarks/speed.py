@@ -38,9 +38,9 @@ from provenance import commit
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 from sklocus import LocusEmbedder
-from sklocus._embedder import _GPU_MAX_TOKENS
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import check_evaluation_sets, to_matrix
+from sklocus.nn.inference import GPU_MAX_TOKENS
 
 N_MODELS, N_EVALS, N_QUERIES, QUERY_DIM = 112, 4096, 4096, 768
 
@@ -118,7 +118,7 @@ def embedding_variants(network, table, codes, scores, batch, device):
 
     # The batches transform used on every device before CPU batches were sized to
     # the cache (GPUs still use them).
-    large = max(_GPU_MAX_TOKENS // codes.shape[1], 1)
+    large = max(GPU_MAX_TOKENS // codes.shape[1], 1)
     encoder = network.encoder.embed_projected
     return {
         f"straightforward (every pair tokenized from its 2 x 768 + 1 features; "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import numbers
 
 import numpy as np
@@ -19,47 +17,35 @@ from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
-from skorch import NeuralNet
-from skorch.callbacks import EarlyStopping, ProgressBar
 
 from sklocus._device import resolve_device
-from sklocus._progress import on_terminal
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets, reusable
 from sklocus.geometry import check_embeddings
 from sklocus.metrics import correctness_log_likelihood
-from sklocus.nn.batching import pad, size_buckets
+from sklocus.nn.assembly import (
+    ARCHITECTURE,
+    release_training_state,
+    training_network,
+)
+from sklocus.nn.inference import (
+    PRECISIONS,
+    embed_sets,
+    max_tokens,
+    refine_sets,
+    score_own_queries,
+    score_pairs,
+)
 from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
-from sklocus.nn.refinement import refine_embeddings
 from sklocus.nn.training import (
-    MaskedBCEWithLogitsLoss,
     ModelSetDataset,
-    ModelSplit,
-    PlainPrintLog,
-    QueryNoiseSchedule,
-    SetCollator,
-    StopOnNonFiniteLoss,
     draws_per_model,
     interrupts_noticed,
 )
 
-# Inference batches: at most _MAX_SETS sets, and at most as many (set x evaluation)
-# tokens as keep a batch's activations (tokens x embedding_dim floats) within
-# _CPU_BATCH_FLOATS on a CPU, where cache-sized batches run 1.5x faster than 2^16
-# tokens at the default width (docs/performance.md), or _GPU_MAX_TOKENS on a GPU.
-_CPU_BATCH_FLOATS = 1 << 20
-_GPU_MAX_TOKENS = 1 << 16
-_MAX_SETS = 256
-# predict_correctness works through at most this many (model, query) pairs at once.
-_MAX_PAIRS = 1 << 20
-# Choices of inference_precision (torch dtype names).
-_PRECISIONS = ("float32", "bfloat16", "float16")
 # Clusters of training queries that query_novelty measures distances to.
 _QUERY_CLUSTERS = 32
-# Fixed draws of each validation model in the validation loss: two halve the cost
-# of four, which a fit on thousands of models does not need to rank epochs.
-_VALIDATION_DRAWS = 2
 # Pools of fewer models than this are small: the "auto" settings validate every
 # model on held-out queries instead of holding out models (a tenth of a small
 # pool is one to nine models, whose loss ranks epochs by which models they are),
@@ -76,15 +62,6 @@ _LARGE_POOL_EPOCH_SIZE = 4096
 _SCALE_MODELS = 1024
 # Adam's step size in test-time refinement (refine_steps).
 _REFINE_STEP_SIZE = 0.05
-# Parameters that shape the network: fine-tuning (warm_start) must keep them.
-_ARCHITECTURE = (
-    "embedding_dim",
-    "n_latents",
-    "n_layers",
-    "n_heads",
-    "prior_tokens",
-    "predictor_hidden",
-)
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 
@@ -135,42 +112,6 @@ def _noise_range(value):
         and len(value) == 2
         and all(isinstance(v, numbers.Real) and v >= 0 for v in value)
     )
-
-
-def locus_network(module_params, device, module=None, criterion=None, **settings):
-    """Build the skorch network around :class:`LocusNetwork` (or ``module``).
-
-    ``fit`` builds it with its training settings; :func:`sklocus.load` rebuilds a
-    fitted one from its ``module_params`` (``LocusNetwork``'s arguments) alone.
-    """
-    module_args = {f"module__{name}": value for name, value in module_params.items()}
-    return NeuralNet(
-        module=module or LocusNetwork,
-        **module_args,
-        criterion=criterion or MaskedBCEWithLogitsLoss,
-        optimizer=torch.optim.AdamW,
-        predict_nonlinearity=None,
-        device=device,
-        **settings,
-    )
-
-
-def release_training_state(net):
-    """Drop what only training needs from a trained skorch network.
-
-    The collators hold every training model's queries, scores and query vectors
-    (about 19 bytes per evaluation, and anyone holding a pickle could read the
-    scores back), the optimiser holds two moments per weight, and early stopping
-    a copy of the best weights, already loaded. Inference needs the module, and
-    users the history; fine-tuning builds a new network from the module's weights.
-    """
-    net.iterator_train__collate_fn = None
-    net.iterator_valid__collate_fn = None
-    net.train_split = None
-    net.optimizer_ = None
-    for _, callback in getattr(net, "callbacks_", []):
-        if hasattr(callback, "best_model_weights_"):
-            callback.best_model_weights_ = None
 
 
 class LocusEmbedder(
@@ -389,7 +330,7 @@ class LocusEmbedder(
         "validation_queries": [Interval(numbers.Real, 0, 1, closed="left")],
         "patience": [Interval(numbers.Integral, 1, None, closed="left")],
         "device": [str, torch.device],
-        "inference_precision": [StrOptions(set(_PRECISIONS))],
+        "inference_precision": [StrOptions(set(PRECISIONS))],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left")],
         "refine_penalty": [Interval(numbers.Real, 0, None, closed="neither")],
         "warm_start": ["boolean"],
@@ -539,7 +480,14 @@ class LocusEmbedder(
         ):
             torch.manual_seed(seed)
             schedule = self._schedule(ragged)
-            net = self._build_net(ragged, vectors, seed, schedule)
+            net = training_network(
+                self.get_params(deep=False),
+                ragged,
+                vectors,
+                seed=seed,
+                schedule=schedule,
+                device=self.device_,
+            )
             draws = draws_per_model(ragged.n_sets, schedule[2])
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
             if previous is None:
@@ -610,7 +558,7 @@ class LocusEmbedder(
                 f"{type(self.net_.module_).__name__}; module={module.__name__} needs "
                 "a new network: set warm_start=False to fit one from scratch"
             )
-        for name in _ARCHITECTURE:
+        for name in ARCHITECTURE:
             was = fitted[f"module__{name}"]
             if getattr(self, name) != was:
                 raise ValueError(
@@ -627,64 +575,6 @@ class LocusEmbedder(
 
     def _rng_devices(self):
         return [torch.device(self.device_)] if self.device_.startswith("cuda") else []
-
-    def _build_net(self, ragged, vectors, seed, schedule):
-        callbacks = [
-            ("query_noise", QueryNoiseSchedule(*self.query_noise)),
-            ("non_finite_loss", StopOnNonFiniteLoss()),
-        ]
-        train_split = None
-        fraction, max_epochs, epoch_size = schedule
-        if fraction is not None:
-            train_split = ModelSplit(
-                fraction,
-                seed,
-                draws=_VALIDATION_DRAWS,
-                epoch_size=epoch_size,
-            )
-            callbacks.append(
-                (
-                    "early_stopping",
-                    EarlyStopping(
-                        monitor="valid_loss", patience=self.patience, load_best=True
-                    ),
-                )
-            )
-        if self.verbose and on_terminal():
-            callbacks.append(("progress_bar", ProgressBar()))
-        # Copies: fit must leave the user's callback objects (parameters of this
-        # estimator) as they were, and two fits must not share their state.
-        callbacks.extend(copy.deepcopy(list(self.callbacks or [])))
-        sampling = (ragged, vectors, self.encoder_sizes, self.decoder_size, seed)
-        query_mask = None
-        if train_split is not None and self.validation_queries > 0:
-            n_queries = len(ragged.queries)
-            n_held = int(round(self.validation_queries * n_queries))
-            query_mask = np.ones(n_queries, dtype=bool)
-            rng = np.random.default_rng((seed, 1))
-            query_mask[rng.choice(n_queries, size=n_held, replace=False)] = False
-        module_params = {name: getattr(self, name) for name in _ARCHITECTURE}
-        return locus_network(
-            dict(module_params, query_dim=vectors.shape[1], dropout=self.dropout),
-            self.device_,
-            module=self.module,
-            criterion=self.criterion,
-            lr=self.lr,
-            optimizer__weight_decay=self.weight_decay,
-            optimizer__param_groups=[("predictor.*", {"lr": self.predictor_lr})],
-            max_epochs=max_epochs,
-            batch_size=self.batch_size,
-            iterator_train__shuffle=True,
-            iterator_train__collate_fn=SetCollator(*sampling, query_mask=query_mask),
-            iterator_valid__collate_fn=SetCollator(
-                *sampling, fixed=True, query_mask=query_mask
-            ),
-            train_split=train_split,
-            callbacks=callbacks,
-            # Replaces skorch's own table of epochs, which colours best values.
-            **({} if on_terminal() else {"callbacks__print_log": PlainPrintLog()}),
-            verbose=self.verbose,
-        )
 
     def _schedule(self, ragged):
         """Resolve "auto" by the pool's size (models and evaluations).
@@ -774,30 +664,9 @@ class LocusEmbedder(
         ragged = check_evaluation_sets(X)
         return self._embed(ragged, self._encode(ragged.queries))
 
-    def _inference(self):
-        """Context of every inference pass: no autograd, and autocast if asked."""
-        # Checked here too: set_params on a fitted embedder skips fit's validation.
-        if self.inference_precision not in _PRECISIONS:
-            raise ValueError(
-                f"inference_precision={self.inference_precision!r}; expected one of "
-                f"{', '.join(map(repr, _PRECISIONS))}"
-            )
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.inference_mode())
-        if self.inference_precision != "float32":
-            stack.enter_context(
-                torch.autocast(
-                    device_type=torch.device(self.device_).type,
-                    dtype=getattr(torch, self.inference_precision),
-                )
-            )
-        return stack
-
     def _max_tokens(self):
         """Most (set x evaluation) tokens of an inference batch on this device."""
-        if torch.device(self.device_).type == "cpu":
-            return max(_CPU_BATCH_FLOATS // self.embedding_dim, 1)
-        return _GPU_MAX_TOKENS
+        return max_tokens(self.device_, self.embedding_dim)
 
     def _embed(self, ragged, vectors):
         """Embeddings as ``transform`` returns them (in units of embedding_scale_)."""
@@ -806,60 +675,29 @@ class LocusEmbedder(
 
     def _embed_raw(self, ragged, vectors, refine=True):
         """Embeddings in the network's own units, refined if ``refine_steps``."""
-        encoder = self.net_.module_.encoder
-        device = self.device_
-        out = np.empty((ragged.n_sets, self.embedding_dim), dtype=np.float32)
-        with self._inference():
-            table = torch.as_tensor(vectors, device=device)
-            projected = encoder.tokenizer.project_queries(table)
-            for batch, width in size_buckets(
-                ragged.sizes, self._max_tokens(), _MAX_SETS
-            ):
-                codes, mask = pad(
-                    [ragged.set_codes(i) for i in batch], 0, torch.long, width
-                )
-                scores, _ = pad(
-                    [ragged.set_scores(i) for i in batch], 0.0, torch.float32, width
-                )
-                # Sets of one size (common after bucketing) need no mask, which
-                # lets attention take its unmasked fast path.
-                mask = None if mask.all() else mask.to(device)
-                codes = codes.to(device)
-                z = encoder.embed_projected(projected, codes, scores.to(device), mask)
-                out[batch] = z.float().cpu().numpy()
+        module = self.net_.module_
+        out = embed_sets(
+            module.encoder,
+            ragged,
+            vectors,
+            embedding_dim=self.embedding_dim,
+            device=self.device_,
+            precision=self.inference_precision,
+        )
         if refine and self.refine_steps:
-            self._refine(ragged, vectors, out)
-        return out
-
-    def _refine(self, ragged, vectors, embeddings):
-        """Refine ``embeddings`` in place on each set's own evaluations."""
-        # Checked here: set_params on a fitted embedder skips fit's validation.
-        _check_refinement(self.refine_steps, self.refine_penalty)
-        predictor = self.net_.module_.predictor
-        device = self.device_
-        # Autograd cannot run under inference_mode; no_grad keeps the frozen
-        # predictor's weights out of the graph's outputs all the same.
-        with torch.no_grad():
-            projected = predictor.project_query(torch.as_tensor(vectors, device=device))
-        for batch, width in size_buckets(ragged.sizes, self._max_tokens(), _MAX_SETS):
-            codes, mask = pad(
-                [ragged.set_codes(i) for i in batch], 0, torch.long, width
-            )
-            scores, _ = pad(
-                [ragged.set_scores(i) for i in batch], 0.0, torch.float32, width
-            )
-            z = refine_embeddings(
-                predictor,
-                torch.as_tensor(embeddings[batch], device=device),
-                projected,
-                codes.to(device),
-                scores.to(device),
-                None if mask.all() else mask.to(device),
+            # Checked here: set_params on a fitted embedder skips fit's validation.
+            _check_refinement(self.refine_steps, self.refine_penalty)
+            refine_sets(
+                module.predictor,
+                ragged,
+                vectors,
+                out,
+                device=self.device_,
                 steps=self.refine_steps,
                 penalty=self.refine_penalty,
                 step_size=_REFINE_STEP_SIZE,
             )
-            embeddings[batch] = z.cpu().numpy()
+        return out
 
     def query_novelty(self, queries):
         """How far each query lies from the queries the embedder was trained on.
@@ -929,19 +767,13 @@ class LocusEmbedder(
         return self._predict(embeddings, vectors)
 
     def _predict(self, embeddings, vectors):
-        predictor = self.net_.module_.predictor
-        device = self.device_
-        out = np.empty((len(embeddings), len(vectors)), dtype=np.float32)
-        step = max(1, _MAX_PAIRS // max(len(vectors), 1))
-        with self._inference():
-            # Project the queries once, not once per chunk of models.
-            u = predictor.project_query(torch.as_tensor(vectors, device=device))
-            for start in range(0, len(embeddings), step):
-                z = embeddings[start : start + step] * np.float32(self.embedding_scale_)
-                z = torch.as_tensor(z, device=device)
-                logits = predictor.pairwise_projected(z, u)
-                out[start : start + step] = torch.sigmoid(logits).float().cpu().numpy()
-        return out
+        return score_pairs(
+            self.net_.module_.predictor,
+            embeddings * np.float32(self.embedding_scale_),
+            vectors,
+            device=self.device_,
+            precision=self.inference_precision,
+        )
 
     def score(self, X, y=None):
         """Log-likelihood of a held-out part of each evaluation set.
@@ -1007,27 +839,12 @@ class LocusEmbedder(
             offsets=offsets,
         )
         z = self._embed_raw(kept, vectors)
-        probabilities = self._predict_own(z, held_codes, vectors)
+        probabilities = score_own_queries(
+            self.net_.module_.predictor,
+            z,
+            held_codes,
+            vectors,
+            device=self.device_,
+            precision=self.inference_precision,
+        )
         return np.concatenate(held_scores), np.concatenate(probabilities)
-
-    def _predict_own(self, embeddings, codes_per_model, vectors):
-        """Probabilities of each model on its own queries, as a list of arrays.
-
-        ``embeddings`` are in the network's own units (``_embed_raw``).
-        """
-        predictor = self.net_.module_.predictor
-        device = self.device_
-        sizes = np.array([len(codes) for codes in codes_per_model])
-        out = [None] * len(codes_per_model)
-        with self._inference():
-            projected = predictor.project_query(torch.as_tensor(vectors, device=device))
-            for batch, width in size_buckets(sizes, self._max_tokens(), _MAX_SETS):
-                codes, _ = pad(
-                    [codes_per_model[i] for i in batch], 0, torch.long, width
-                )
-                z = torch.as_tensor(embeddings[batch], device=device)
-                logits = predictor.score_projected(z, projected, codes.to(device))
-                probabilities = torch.sigmoid(logits).float().cpu().numpy()
-                for row, i in enumerate(batch):
-                    out[i] = probabilities[row, : sizes[i]]
-        return out

@@ -148,15 +148,15 @@ def test_determinism_bitwise_and_across_batches(fitted, data):
 
 
 def test_outputs_do_not_depend_on_inference_batch_size(fitted, data, monkeypatch):
-    import sklocus._embedder
+    import sklocus.nn.inference
 
     sets = data.evaluation_sets
     embeddings, score = fitted.transform(sets), fitted.score(sets)
     # Batches of at most 64 tokens: every set in a batch of its own or few.
     monkeypatch.setattr(
-        sklocus._embedder, "_CPU_BATCH_FLOATS", 64 * fitted.embedding_dim
+        sklocus.nn.inference, "CPU_BATCH_FLOATS", 64 * fitted.embedding_dim
     )
-    monkeypatch.setattr(sklocus._embedder, "_GPU_MAX_TOKENS", 64)
+    monkeypatch.setattr(sklocus.nn.inference, "GPU_MAX_TOKENS", 64)
     assert fitted._max_tokens() == 64
     np.testing.assert_allclose(fitted.transform(sets), embeddings, atol=1e-5, rtol=0)
     assert fitted.score(sets) == pytest.approx(score, abs=1e-6)

@@ -1,5 +1,7 @@
 """Embedding a Parquet dataset batch by batch: the streaming path."""
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -26,6 +28,11 @@ def trained():
     return data, embedder, table
 
 
+def clone_fitted(embedder):
+    """A copy of a fitted embedder whose parameters can change freely."""
+    return copy.deepcopy(embedder)
+
+
 def write(table, path, row_group_size=None):
     pq.write_table(
         pa.Table.from_pandas(table, preserve_index=False),
@@ -41,14 +48,16 @@ def streamed(embedder, path, **options):
     return batches, names, np.vstack([batch.embeddings for batch in batches])
 
 
+@pytest.mark.parametrize("refine_steps", [0, 10])
 @pytest.mark.parametrize(
     "batch_models, batch_rows", [(1024, 65536), (7, 50), (1, 13), (4, 3)]
 )
 def test_streaming_equals_transform_of_the_whole_list(
-    trained, tmp_path, batch_models, batch_rows
+    trained, tmp_path, batch_models, batch_rows, refine_steps
 ):
     # Read batches of 50, 13 or 3 rows split most models over two or more.
     data, embedder, table = trained
+    embedder = clone_fitted(embedder).set_params(refine_steps=refine_steps)
     path = write(table, tmp_path / "evals.parquet", row_group_size=37)
     batches, names, Z = streamed(
         embedder, path, batch_models=batch_models, batch_rows=batch_rows
@@ -57,8 +66,16 @@ def test_streaming_equals_transform_of_the_whole_list(
     assert all(len(b.model_names) == batch_models for b in batches[:-1])
     sizes = np.concatenate([batch.n_evaluations for batch in batches])
     assert sizes.tolist() == [len(s) for s in data.evaluation_sets]
-    # Bit for bit: a set's vector does not depend on its batch-mates.
-    np.testing.assert_array_equal(Z, embedder.transform(data.evaluation_sets))
+    whole = embedder.transform(data.evaluation_sets)
+    if refine_steps:
+        # Refinement's backward matrix products round differently with the
+        # number of sets in a batch: a set's refined vector moves by up to about
+        # 1e-5 with its batch-mates (8.1e-6 on this data).
+        np.testing.assert_allclose(Z, whole, rtol=0, atol=3e-5)
+    else:
+        # Bit for bit: a set's forward-pass vector does not depend on its
+        # batch-mates.
+        np.testing.assert_array_equal(Z, whole)
 
 
 def test_a_folder_of_files_and_a_hive_partitioned_dataset(trained, tmp_path):

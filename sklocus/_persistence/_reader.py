@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from skorch.history import History
 
-from sklocus._embedder import LocusEmbedder, locus_network, release_training_state
+from sklocus._embedder import LocusEmbedder
 from sklocus._persistence._schema import (
     CLASSES,
     FITTED,
@@ -23,6 +23,7 @@ from sklocus._persistence._schema import (
 )
 from sklocus._persistence._writer import known_classes
 from sklocus.encoders import PrecomputedEncoder
+from sklocus.nn.assembly import locus_network, release_training_state
 from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
 
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
