@@ -188,6 +188,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     not call it a classifier (``sklearn.base.is_classifier`` is False): an integer
     ``cv`` splits the queries with ``KFold``, as stratifying on the scores cannot.
 
+    Read more in the :ref:`User Guide <routing>`.
+
     Parameters
     ----------
     embedder : LocusEmbedder or FrozenEstimator or None, default=None
@@ -204,19 +206,21 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         Steps of test-time refinement of the pool's embeddings (the embedder's
         ``refine_steps``, used in place of its own setting when the embedder is a
         :class:`~sklocus.LocusEmbedder`). A router embeds each model once, so
-        refinement costs once per model, not per query; on 8 pools of 112 unseen
-        Open LLM models it raised routing accuracy from 0.832 to 0.865 at 256
-        evaluations each (docs/research/results.md). Each model's embedding is the MAP
-        estimate under a prior centred on the forward pass, so the more
-        evaluations a model has, the further they move it. ``None`` uses the
-        embedder's own ``refine_steps``; 0 routes with forward passes.
+        refinement costs once per model, not per query; on pools of models the
+        embedder was not trained on it raised routing accuracy and correctness
+        (:ref:`refining_embeddings`). Each model's embedding is the MAP estimate
+        under a prior centred on the forward pass, so the more evaluations a model
+        has, the further they move it. ``None`` uses the embedder's own
+        ``refine_steps``; 0 routes with forward passes.
     group_shrinkage : float, default=3.0
         With ``query_groups`` in :meth:`fit`: prior precision of each model's
         per-group logit offset (:mod:`sklocus._groups`). About four times this
         many evaluations of a model in a group move its offset halfway to what
-        they alone say. 3 was chosen among 1, 3, 10 and 30 on 8 pools of the Open
-        LLM data (docs/research/tuning.md): routing with benchmark groups 0.857 at 64
-        evaluations a model against 0.846 for 10, correctness level.
+        they alone say. 3 was chosen among 1, 3, 10 and 30 on the Open LLM
+        Leaderboard data: with benchmark groups it routed better than 10 and 30,
+        most clearly when models have few evaluations, and predicted correctness
+        as well as 1 and 10 (:doc:`/research/tuning`, "Routers that refine, query
+        groups, small pools").
     calibrate : bool, default=False
         Fit LOCUS's predictions to the pool's own evaluations before routing
         (:mod:`sklocus._calibration`): each model's evaluations are predicted
@@ -225,7 +229,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         holds there, kept at 0 or above) and one offset per model, shrunk towards
         the pool's. It costs two more embeddings of each model, at ``fit`` and
         :meth:`add_models`. Off by default: on benchmarks the embedder never saw
-        it helped on some and hurt on others (docs/research/tuning.md).
+        it helped on some and hurt on others (:ref:`router_calibration`).
 
     Attributes
     ----------

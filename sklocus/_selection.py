@@ -119,6 +119,8 @@ class KCenterSelector(_BaseSelector):
     index. Cost is ``O(n_models * n_selected)`` distances, so it scales to large
     pools.
 
+    Read more in the :ref:`User Guide <portfolios>`.
+
     Parameters
     ----------
     n_selected : int, default=15
@@ -197,6 +199,8 @@ class KMedoidsSelector(_BaseSelector):
 
     k-medoids by FasterPAM, through the ``kmedoids`` package, on the matrix of
     pairwise distances (so memory grows as ``n_models**2``).
+
+    Read more in the :ref:`User Guide <portfolios>`.
 
     Parameters
     ----------
@@ -321,6 +325,8 @@ class CoverageGreedySelector(_BaseSelector):
     covers more, which guarantees at least ``(1 - 1/e) / 2`` of the best coverage
     any selection within the budget achieves, and ``1 - 1/e`` with equal costs
     (Khuller, Moss and Naor, 1999; Nemhauser, Wolsey and Fisher, 1978).
+
+    Read more in the :ref:`User Guide <portfolios>`.
 
     Parameters
     ----------

@@ -34,6 +34,8 @@ MODEL, SIZE = "model", "n_evaluations"
 class EmbeddingBatch(NamedTuple):
     """The embeddings of one batch of models, as :func:`iter_embeddings` yields them.
 
+    Read more in the :ref:`User Guide <streaming_parquet>`.
+
     Attributes
     ----------
     model_names : list
@@ -143,6 +145,8 @@ def iter_embeddings(
     complete, they are checked and embedded as ``from_long`` and
     ``embedder.transform`` would, and yielded. Memory holds one batch of rows and
     models and the names of the models seen, whatever the size of the dataset.
+
+    Read more in the :ref:`User Guide <streaming_parquet>`.
 
     Parameters
     ----------
@@ -292,6 +296,8 @@ def embed_parquet(
     embeddings to the Parquet file ``output``, in flat memory: one row per model
     with the columns ``model``, ``n_evaluations`` and ``z0`` to ``z{d-1}``, the
     table ``sklocus embed`` writes.
+
+    Read more in the :ref:`User Guide <streaming_parquet>`.
 
     Parameters
     ----------

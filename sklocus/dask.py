@@ -65,6 +65,8 @@ def check_partitioned_by_model(frame, model="model"):
     Reads the model column alone (one light pass over the data). A frame indexed
     by the model with known divisions (after ``set_index``) needs no pass.
 
+    Read more in the :ref:`User Guide <dask_cluster>`.
+
     Parameters
     ----------
     frame : dask.dataframe.DataFrame
@@ -114,6 +116,8 @@ def check_partitioned_by_model(frame, model="model"):
 
 def partition_by_model(frame, model="model", npartitions=None):
     """Move every model's rows into one partition (a shuffle on the model).
+
+    Read more in the :ref:`User Guide <dask_cluster>`.
 
     Parameters
     ----------
@@ -169,6 +173,8 @@ def embed_dask(
     schedulers it is one shared node of the graph. A set's vector does not
     depend on the other sets embedded with it, so the vectors are those of
     ``embedder.transform`` on all the models in one process, bit for bit.
+
+    Read more in the :ref:`User Guide <dask_cluster>`.
 
     Parameters
     ----------

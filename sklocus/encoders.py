@@ -123,6 +123,8 @@ class SentenceEncoder(_QueryEncoder):
     Any other sentence-transformers name, or a local folder, is loaded as
     sentence-transformers allows (a name not on disk needs the network).
 
+    Read more in the :ref:`User Guide <encoders>`.
+
     Parameters
     ----------
     model : str, default="all-MiniLM-L6-v2"
@@ -304,6 +306,8 @@ class SentenceEncoder(_QueryEncoder):
 
 class PrecomputedEncoder(_QueryEncoder):
     """Look up encodings the user already has.
+
+    Read more in the :ref:`User Guide <precomputed_encoder>`.
 
     Parameters
     ----------

@@ -52,6 +52,8 @@ class RaggedEvaluations:
     Set ``i`` holds the evaluations ``offsets[i]:offsets[i + 1]`` of ``query_codes``
     and ``scores``, in the order the user gave them.
 
+    Read more in the :ref:`User Guide <long_tables>`.
+
     Attributes
     ----------
     queries : list
@@ -371,6 +373,8 @@ def check_evaluation_sets(evaluation_sets, model_names=None) -> RaggedEvaluation
     Every estimator of sklocus calls this on its input. Nothing the user gave is
     changed: the sets are read, never modified.
 
+    Read more in the :ref:`User Guide <evaluation_sets>`.
+
     Parameters
     ----------
     evaluation_sets : sequence of mappings
@@ -569,6 +573,8 @@ def from_long(
 
     A long table has one row per evaluation, the way evaluation harnesses log results.
 
+    Read more in the :ref:`User Guide <long_tables>`.
+
     Parameters
     ----------
     frame : pandas.DataFrame
@@ -700,6 +706,8 @@ def _resolve_duplicates(pair, scores, repeated, rule):
 def to_matrix(evaluation_sets, queries=None, model_names=None):
     """Arrange evaluation sets as a models x queries matrix.
 
+    Read more in the :ref:`User Guide <evaluation_sets>`.
+
     Parameters
     ----------
     evaluation_sets : sequence of mappings
@@ -750,6 +758,8 @@ def to_matrix(evaluation_sets, queries=None, model_names=None):
 def from_matrix(matrix, queries, model_names=None):
     """Turn a models x queries matrix into evaluation sets: the inverse of to_matrix.
 
+    Read more in the :ref:`User Guide <evaluation_sets>`.
+
     Parameters
     ----------
     matrix : array-like of shape (n_models, n_queries)
@@ -797,6 +807,8 @@ def to_long(
 ):
     """Write evaluation sets as a long table: the inverse of from_long.
 
+    Read more in the :ref:`User Guide <long_tables>`.
+
     Parameters
     ----------
     evaluation_sets : sequence of mappings
@@ -839,6 +851,8 @@ def to_long(
 
 def subsample(evaluation_sets, n, random_state=None, model_names=None, *, shared=False):
     """Draw ``n`` evaluations of each model, without replacement.
+
+    Read more in the :ref:`User Guide <evaluation_sets>`.
 
     Parameters
     ----------

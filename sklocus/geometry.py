@@ -9,7 +9,7 @@ its training models (``embedding_scale_``), so a Euclidean distance reads the sa
 for every embedder: 1 is a typical pair, and 1e-4 is a pair that behaves alike on
 everything the embedder can tell apart. The thresholds of :func:`find_duplicates`
 and :func:`stable_duplicates` default to values measured in those units on the
-Open LLM Leaderboard data (docs/research/results.md). Cosine distance ignores the
+Open LLM Leaderboard data (:doc:`/research/results`). Cosine distance ignores the
 norm and measures angles from the origin, which every embedding shares a direction
 away from; it ranks pairs about as well on that data, but has no such unit.
 """
@@ -106,6 +106,8 @@ def _check_metric(metric):
 def model_distances(embeddings, other=None, *, metric="euclidean"):
     """Distances between models.
 
+    Read more in the :ref:`User Guide <distances>`.
+
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)
@@ -154,6 +156,8 @@ def model_distances(embeddings, other=None, *, metric="euclidean"):
 
 def nearest_models(embeddings, k=5, *, metric="euclidean"):
     """Each model's ``k`` nearest other models.
+
+    Read more in the :ref:`User Guide <distances>`.
 
     Parameters
     ----------
@@ -219,16 +223,18 @@ def _check_threshold(threshold, metric="euclidean", default=None):
 def find_duplicates(embeddings, threshold=None, *, metric="euclidean"):
     """Pairs of models whose embeddings nearly coincide.
 
+    Read more in the :ref:`User Guide <duplicates>`.
+
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)
     threshold : float or None, default=None
         Pairs closer than this are reported. ``None`` is 1e-4 for the Euclidean
         metric, in the units of ``LocusEmbedder`` embeddings (the median distance
-        between two training models is 1). On the 5,949 Open LLM Leaderboard
-        models it flags every pair whose train-query evaluations are identical
-        and few others, mostly models that answer alike (docs/research/results.md); for
-        looser near-duplicates raise it, watching how far the flagged pairs'
+        between two training models is 1). On the Open LLM Leaderboard models it
+        flags every pair whose train-query evaluations are identical and few
+        others, mostly models that answer alike (:ref:`duplicates`); for looser
+        near-duplicates raise it, watching how far the flagged pairs'
         scores differ. The cosine metric needs an explicit threshold.
     metric : {"euclidean", "cosine"}, default="euclidean"
 
@@ -268,6 +274,8 @@ def stable_duplicates(
     (``subsample(..., shared=True)``), so two models that answer alike stay alike,
     while a pair that looked alike on one subset by chance does not survive.
 
+    Read more in the :ref:`User Guide <duplicates>`.
+
     Parameters
     ----------
     embedder : fitted LocusEmbedder
@@ -281,7 +289,7 @@ def stable_duplicates(
         Largest distance of a duplicate pair, in every resample. ``None`` is 3e-4
         for the Euclidean metric (in the units of ``LocusEmbedder`` embeddings;
         measured with ``n_evals=128`` on the Open LLM Leaderboard data,
-        docs/research/results.md); the cosine metric needs an explicit threshold.
+        :doc:`/research/results`); the cosine metric needs an explicit threshold.
     metric : {"euclidean", "cosine"}, default="euclidean"
     random_state : int, RandomState instance or None, default=None
         Seeds the resampling.
@@ -312,6 +320,8 @@ def cluster_models(
     """Hierarchical clustering of models (average linkage), e.g. into families.
 
     Give exactly one of ``n_clusters`` and ``distance_threshold``.
+
+    Read more in the :ref:`User Guide <families>`.
 
     Parameters
     ----------
@@ -369,6 +379,8 @@ def profile_evaluation_set(profile, queries_by_benchmark, n=128, random_state=No
     ``n`` evaluations are spread as evenly as possible over the benchmarks of
     ``profile``; in each benchmark, queries are drawn without replacement and
     ``round(accuracy * n_benchmark)`` of them, at random, get score 1.
+
+    Read more in the :ref:`User Guide <profile_search>`.
 
     Parameters
     ----------
@@ -447,6 +459,8 @@ def search_by_profile(
     Synthesises an evaluation set with the profile's per-benchmark accuracies
     (:func:`profile_evaluation_set`), embeds it and returns the nearest models.
 
+    Read more in the :ref:`User Guide <profile_search>`.
+
     Parameters
     ----------
     embedder : fitted LocusEmbedder
@@ -485,6 +499,8 @@ def disagreement_correlation(embeddings, score_matrix, *, metric="euclidean"):
     For every pair of models with at least one query observed for both, the rate
     at which their 0/1 scores (``score >= 0.5``) differ on those common queries is
     set against their embedding distance.
+
+    Read more in the :ref:`User Guide <distances>`.
 
     Parameters
     ----------

@@ -47,6 +47,8 @@ def correctness_accuracy(scores, probabilities):
     A prediction is ``probability >= 0.5``, an observed label ``score >= 0.5``; the
     accuracy is taken over every observed (model, query) pair.
 
+    Read more in the :ref:`User Guide <held_out_metrics>`.
+
     Parameters
     ----------
     scores : array-like of shape (n_models, n_queries)
@@ -84,6 +86,8 @@ def correctness_log_likelihood(scores, probabilities):
     predicting 0.5 everywhere earns. Unlike :func:`correctness_accuracy` it
     rewards calibrated probabilities, not only their side of 0.5.
 
+    Read more in the :ref:`User Guide <held_out_metrics>`.
+
     Parameters
     ----------
     scores : array-like of shape (n_models, n_queries)
@@ -112,6 +116,8 @@ def correctness_brier_score(scores, probabilities):
     A proper scoring rule like :func:`correctness_log_likelihood` but bounded: 0 is
     perfect, lower is better, 0.25 is what predicting 0.5 everywhere earns.
 
+    Read more in the :ref:`User Guide <held_out_metrics>`.
+
     Parameters
     ----------
     scores : array-like of shape (n_models, n_queries)
@@ -138,6 +144,8 @@ def correctness_roc_auc(scores, probabilities):
 
     A correct answer is ``score >= 0.5``. It measures ranking only: how often a
     correct (model, query) pair gets a higher probability than an incorrect one.
+
+    Read more in the :ref:`User Guide <held_out_metrics>`.
 
     Parameters
     ----------
@@ -206,6 +214,8 @@ def get_scorer(name):
     ``LocusRouter`` ``scorer(router, queries, Y)`` scores
     ``predict_correctness(queries)`` against every observed score of ``Y``.
 
+    Read more in the :ref:`User Guide <choosing_settings>`.
+
     Parameters
     ----------
     name : {"neg_log_loss", "neg_brier_score", "roc_auc", "accuracy"}
@@ -250,6 +260,8 @@ def best_models(utilities):
     :meth:`sklocus.LocusRouter.predict`, :func:`routing_accuracy` and the model
     map all choose this way.
 
+    Read more in the :ref:`User Guide <choosing_a_model>`.
+
     Parameters
     ----------
     utilities : array-like of shape (n_models, n_queries)
@@ -282,6 +294,8 @@ def routing_accuracy(scores, probabilities):
     Each query goes to the model of highest predicted probability, near-ties to
     the one listed first (:func:`best_models`). Queries whose chosen model was not
     evaluated on them are left out.
+
+    Read more in the :ref:`User Guide <held_out_metrics>`.
 
     Parameters
     ----------

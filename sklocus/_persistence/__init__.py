@@ -55,6 +55,8 @@ _HEADER_KEYS = {"format", "format_version", "sklocus_version", "sha256", "estima
 def save(estimator, path):
     """Save an estimator to a file that :func:`load` reads without running code.
 
+    Read more in the :ref:`User Guide <persistence>`.
+
     Parameters
     ----------
     estimator : LocusEmbedder, LocusRouter or selector, fitted or not
@@ -117,6 +119,8 @@ def load(path):
     downloads, where the hub is reachable; sentence-transformers refuses model
     code unless asked to trust it). Check ``get_params()`` of such a file, or
     ``set_params`` them to yours.
+
+    Read more in the :ref:`User Guide <loading_checks>`.
 
     Parameters
     ----------

@@ -268,6 +268,8 @@ def fetch_embedllm(
     majority vote, a tie giving the mean of the tied labels (0.5 for a 0/1 tie). A
     missing label is an error, never read as 0.
 
+    Read more in the :ref:`User Guide <data_folder>`.
+
     Parameters
     ----------
     data_home : str or path-like, default=None

@@ -51,6 +51,8 @@ def _read_parquet(path):
 def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
     """Load evaluations from a folder in sklocus's on-disk format.
 
+    Read more in the :ref:`User Guide <data_folder>`.
+
     Parameters
     ----------
     path : str or path-like

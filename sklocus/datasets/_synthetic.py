@@ -82,6 +82,8 @@ def make_evaluations(
     differ from its answers only where their probabilities straddle it, on well
     under 1% of the queries.
 
+    Read more in the :ref:`User Guide <data_folder>`.
+
     Parameters
     ----------
     n_models : int, default=100

@@ -36,6 +36,8 @@ def write_map(
 ):
     """Write the model map of a pool of models to one HTML file.
 
+    Read more in the :ref:`User Guide <model_map>`.
+
     Parameters
     ----------
     path : str or path-like

@@ -175,6 +175,8 @@ def map_data(
 ):
     """Compute everything the model map shows, as a JSON-able dict.
 
+    Read more in the :ref:`User Guide <map_contents>`.
+
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)

@@ -23,6 +23,8 @@ def plot_families(
     The tree is that of :func:`~sklocus.geometry.cluster_models`; branches below
     the cut into ``n_clusters`` families share a colour.
 
+    Read more in the :ref:`User Guide <static_figures>`.
+
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)
@@ -77,6 +79,8 @@ def plot_families(
 
 def plot_convergence(data, models=None, *, ax=None):
     """Draw how embeddings converge as evaluations are added.
+
+    Read more in the :ref:`User Guide <static_figures>`.
 
     Parameters
     ----------
