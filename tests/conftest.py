@@ -1,10 +1,22 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 # The suite never touches the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# pytest-xdist runs the suite in several worker processes (pyproject's addopts):
+# each takes its share of the cores, so that two workers on two cores do not each
+# start two threads per operation. Processes the tests start inherit the share.
+_WORKERS = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+if _WORKERS:
+    _SHARE = str(max(1, (os.cpu_count() or 1) // int(_WORKERS)))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, _SHARE)
+    if "torch" in sys.modules:  # imported before this file: set it directly
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm"
 
@@ -17,3 +29,15 @@ def openllm_path():
             pytest.fail(f"CI is set but the shared data is missing at {SHARED_DATA}")
         pytest.skip(f"the shared data is not at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Keep each test file on one xdist worker, so module fixtures fit once.
+
+    The examples are the exception: each runs in a fresh process of its own and
+    shares nothing, so they spread over the workers.
+    """
+    for item in items:
+        if item.get_closest_marker("examples") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
