@@ -38,7 +38,7 @@ _require("httpx")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from sklocus.serve import RouterService, create_app  # noqa: E402
+from sklocus.serve import RequestError, RouterService, create_app  # noqa: E402
 
 # Most tests start the HTTP server in a process of its own.
 pytestmark = pytest.mark.slow
@@ -305,6 +305,50 @@ def test_write_back_saves_each_change_atomically(pool, tmp_path):
     client.delete(f"/models/{data.model_names[0]}")
     assert data.model_names[0] not in sklocus.load(path).classes_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["served.sklocus"]
+
+
+def test_torch_work_runs_on_one_thread_whoever_calls(pool, monkeypatch):
+    """Routing, prediction and the warm-up compute on the one router thread,
+    from any caller (torch then keeps one OpenMP pool, whose threads stay
+    awake between operations); an onboarding on a thread that then ends."""
+    data, newcomers, router = pool
+    seen = []
+
+    def recorded(name):
+        method = getattr(LocusRouter, name)
+
+        def wrapper(self, *args, **kwargs):
+            seen.append((name, threading.current_thread()))
+            return method(self, *args, **kwargs)
+
+        return wrapper
+
+    for name in ["rank_models", "predict_correctness", "add_models"]:
+        monkeypatch.setattr(LocusRouter, name, recorded(name))
+    service = RouterService(router)
+    other = RouterService(router)
+    service.warm_up()
+    service.route(data.query_ids[:2])
+    with ThreadPoolExecutor(max_workers=2) as callers:
+        callers.submit(other.route, data.query_ids[:2]).result()
+        callers.submit(service.predict, data.query_ids[:2]).result()
+    client = TestClient(create_app(service))
+    assert client.post("/route", json={"queries": data.query_ids[:2]}).status_code
+    assert client.post("/predict", json={"queries": data.query_ids[:2]}).status_code
+    reading = [thread for name, thread in seen if name != "add_models"]
+    assert len(reading) == 6 and len(set(reading)) == 1
+    assert reading[0] is not threading.current_thread()
+    assert reading[0].name.startswith("sklocus-router")
+    service.add_model("newcomer", newcomers.evaluation_sets[0], 1.0)
+    onboarding = seen[-1][1]
+    assert seen[-1][0] == "add_models"
+    assert onboarding not in (reading[0], threading.current_thread())
+    assert not onboarding.is_alive()
+    # An error raised on the router thread still reaches the caller, blamed
+    # on the field at fault.
+    with pytest.raises(RequestError) as raised:
+        service.route([data.query_ids[0], "no such query"])
+    assert raised.value.field[0] == "queries"
 
 
 def test_service_refuses_what_it_cannot_serve(pool):

@@ -4,13 +4,19 @@ Every fault in a request is answered as FastAPI answers a validation error, a
 4xx whose ``detail`` lists ``{"loc": [...], "msg": ..., "type": ...}`` with the
 field named, and without the ``input`` FastAPI would echo: a body is parsed as
 strict JSON (:mod:`sklocus.serve._json`) and validated in pydantic's strict
-mode (``true`` is not 1). Handlers are plain functions, which FastAPI runs in
-its thread pool, so requests are served side by side; the service makes that
-safe.
+mode (``true`` is not 1).
+
+Routing and prediction are computed on the service's router thread, one request
+at a time (see :mod:`sklocus.serve._service` for why), which the event loop
+awaits without blocking: health checks, model lists and refusals are answered
+meanwhile, and a large body is parsed on a worker thread. Onboarding and removal
+are plain functions, which FastAPI runs in its thread pool, so they go on side
+by side with routing; the service makes that safe.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from typing import Annotated
 
@@ -26,7 +32,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from sklocus._validation import has_control_character
 from sklocus._versioning import __version__
 from sklocus.serve import _json
-from sklocus.serve._service import RequestError
+from sklocus.serve._service import RequestError, router_thread
 
 # A query is a question, not a document; longer texts are refused rather than
 # encoded (the sentence encoder would truncate them anyway).
@@ -195,6 +201,16 @@ class Health(BaseModel):
     sklocus_version: str
 
 
+async def _on_router_thread(function, /, *args, **kwargs):
+    """Await ``function(*args, **kwargs)``, computed on the service's router thread."""
+    future = router_thread.submit(function, *args, **kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another event loop (trio): wait on a worker thread
+        return await anyio.to_thread.run_sync(future.result)
+    return await asyncio.wrap_future(future)
+
+
 def _error(status, loc, message):
     return JSONResponse(
         status_code=status,
@@ -233,7 +249,7 @@ def _shown_loc(loc):
     ]
 
 
-def _validation_error(request, error):
+async def _validation_error(request, error):
     """FastAPI's 422 without ``input`` and ``ctx``, which repeat the request."""
     detail = []
     for fault in error.errors():
@@ -383,8 +399,10 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     app.router.route_class = _StrictJSONRoute
     authorised = [Depends(_token_check(token))]
 
+    # Handlers are coroutines, answered on the event loop: a plain function
+    # would cost each refused request a trip through the thread pool.
     @app.exception_handler(RequestError)
-    def request_error(request: Request, error: RequestError):
+    async def request_error(request: Request, error: RequestError):
         if error.status >= 500:
             return _error(error.status, [], error.message)
         where = "path" if request.method == "DELETE" else "body"
@@ -393,15 +411,16 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     app.exception_handler(RequestValidationError)(_validation_error)
 
     @app.exception_handler(Exception)
-    def unexpected(request: Request, error: Exception):
+    async def unexpected(request: Request, error: Exception):
         # The traceback goes to the server's log (uvicorn logs the exception,
         # raised again after this answer), never to the client.
         return _error(500, [], "the server failed to answer; its log says why")
 
     @app.post("/route", response_model=RouteResponse)
-    def route(body: RouteRequest):
+    async def route(body: RouteRequest):
         """Route each query to its best model, listing the top ``top_k``."""
-        routes = service.route(
+        routes = await _on_router_thread(
+            service.route,
             body.queries,
             exclude=body.exclude,
             cost_weight=body.cost_weight,
@@ -411,12 +430,14 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
         return {"routes": routes}
 
     @app.post("/predict", response_model=PredictResponse)
-    def predict(body: PredictRequest):
+    async def predict(body: PredictRequest):
         """Probability that each model answers each query correctly."""
-        return service.predict(body.queries, body.models, body.query_groups)
+        return await _on_router_thread(
+            service.predict, body.queries, body.models, body.query_groups
+        )
 
     @app.get("/models", response_model=ModelList)
-    def list_models():
+    async def list_models():
         """Every model served, with its cost."""
         models = service.models()
         return {"n_models": len(models), "models": models}
@@ -436,7 +457,7 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
         return service.remove_model(name)
 
     @app.get("/health", response_model=Health)
-    def health():
+    async def health():
         """Whether the service is up, how many models it serves, and its groups."""
         return service.health()
 

@@ -7,6 +7,20 @@ assignment, so a request never sees half of an onboarding. The slow part of an
 onboarding (encoding its queries, embedding the model) runs before the change
 takes the lock that changes share, so a removal waits only for a publication;
 onboardings run one at a time.
+
+Where the work runs: torch's OpenMP runtime (libgomp) keeps a pool of worker
+threads for each thread that calls it, and once a process holds more of those
+threads than it has cores, the workers stop spinning between operations and
+sleep, so each of the hundreds of small operations of an encoded query waits
+for a wake-up. On two cores, a second thread calling torch is enough: routing
+one query took 1.3 to 1.5 times as long in ``sklocus serve`` (warmed up on its
+main thread, then answering on FastAPI's worker threads) as in process. So
+routing, prediction and the warm-up run on one thread, the router thread,
+shared by every service of the process and taking one call at a time (a call
+already uses every core through torch's own threads); an onboarding computes
+on a thread of its own that ends with it, which hands its OpenMP pool back. A
+thread that ran torch before serving and lives on (the main thread that fitted
+the router, say) keeps its pool, and the router thread's is then a second one.
 """
 
 from __future__ import annotations
@@ -14,8 +28,10 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +62,67 @@ class RequestError(ValueError):
         self.field = tuple(field)
         self.message = message
         self.status = status
+
+
+class _RouterThread:
+    """The one thread on which services run their routers' reading work.
+
+    See the module's docstring for why one. :meth:`submit` queues a call and
+    returns its future; :meth:`call` waits for it, or runs it at once when
+    already on the router thread.
+    """
+
+    def __init__(self):
+        self._forget()
+        if hasattr(os, "register_at_fork"):
+            # A forked child has the executor but not its thread: start anew.
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self):
+        self._lock = threading.Lock()
+        self._executor = None
+        self._ident = None
+
+    def _mark(self):
+        self._ident = threading.get_ident()
+
+    def submit(self, function, /, *args, **kwargs):
+        """Queue ``function(*args, **kwargs)`` on the router thread.
+
+        Returns
+        -------
+        concurrent.futures.Future
+        """
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(
+                        max_workers=1,
+                        thread_name_prefix="sklocus-router",
+                        initializer=self._mark,
+                    )
+        return self._executor.submit(function, *args, **kwargs)
+
+    def call(self, function, /, *args, **kwargs):
+        """Return ``function(*args, **kwargs)``, computed on the router thread."""
+        if threading.get_ident() == self._ident:
+            return function(*args, **kwargs)
+        return self.submit(function, *args, **kwargs).result()
+
+
+router_thread = _RouterThread()
+
+
+def _on_a_thread_of_its_own(function, /, *args, **kwargs):
+    """Return ``function(*args, **kwargs)``, computed on a thread that then ends.
+
+    The thread's OpenMP pool ends with it, so the router thread is again the
+    only one holding a pool once an onboarding is done.
+    """
+    with ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="sklocus-onboarding"
+    ) as own:
+        return own.submit(function, *args, **kwargs).result()
 
 
 _log = logging.getLogger("sklocus.serve")
@@ -108,6 +185,12 @@ class RouterService:
     ``query_groups`` (:class:`RequestError`), where the library would ignore
     them, so a client never mistakes answers without offsets for answers with
     them. Model names and group labels must be strings, as JSON has them.
+
+    Whichever thread calls them, :meth:`route`, :meth:`predict` and
+    :meth:`warm_up` compute on one thread that every service of the process
+    shares, one call at a time, and :meth:`add_model` on a thread of its own
+    that ends with it: torch then keeps one OpenMP thread pool, whose threads
+    stay awake between the operations of a query (see the module's notes).
 
     Examples
     --------
@@ -292,7 +375,8 @@ class RouterService:
             if cost_weight and router.cost_ is None:
                 raise RequestError(("cost_weight",), "the router has no costs to weigh")
         try:
-            models, probabilities = router.rank_models(
+            models, probabilities = router_thread.call(
+                router.rank_models,
                 queries,
                 k=top_k,
                 exclude=exclude or None,
@@ -346,7 +430,9 @@ class RouterService:
         try:
             # Every model, then the columns asked for: the library's answer to
             # the bit (scoring a subset rounds the matrix product differently).
-            probabilities = router.predict_correctness(queries, query_groups)
+            probabilities = router_thread.call(
+                router.predict_correctness, queries, query_groups
+            )
         except (ValueError, TypeError, KeyError) as error:
             raise self._encoding_error(error, queries) from None
         return {
@@ -403,7 +489,9 @@ class RouterService:
         encoder = _query_encoder(self._router)
         known = getattr(encoder, "queries", None)
         query = known[0] if known is not None and len(known) else "warm-up"
-        self._router.rank_models([query], k=1)
+        # On the router thread, where requests will be answered: warmed up on
+        # the caller's thread, torch would hold a second OpenMP pool for good.
+        router_thread.call(self._router.rank_models, [query], k=1)
 
     # -- changing the pool ------------------------------------------------------
 
@@ -468,7 +556,8 @@ class RouterService:
             # snapshot, and a removal meanwhile is applied below.
             staged = copy.copy(snapshot)
             try:
-                staged.add_models(
+                _on_a_thread_of_its_own(
+                    staged.add_models,
                     [evaluations],
                     [name],
                     cost=None if cost is None else [cost],
