@@ -158,7 +158,7 @@ class Server:
         raise RuntimeError("the server did not start within 180 s")
 
     def route(self, texts):
-        response = self.client.post("/route", json={"queries": texts, "top_k": 3})
+        response = self.client.post("/route", json={"queries": texts, "k": 3})
         response.raise_for_status()
         return response.json()
 

@@ -45,7 +45,7 @@ sklocus embed model.sklocus evals.csv -o embeddings.parquet --cost-column params
 
 # 4. Route each query to the best available model, listing the top 3 with their
 #    probability of a correct answer; model-0001 is down, and size costs a little.
-sklocus route model.sklocus evals.csv queries.csv -o routes.csv --top-k 3 \
+sklocus route model.sklocus evals.csv queries.csv -o routes.csv -k 3 \
     --exclude model-0001 --cost-column params_b --cost-weight 0.05
 head -n 4 routes.csv
 

@@ -80,7 +80,7 @@ class Malformed:
         """A value wrong for ``field`` of /route or /models."""
         common = [lambda: "1", lambda: [], lambda: {}, lambda: self.text()]
         options = {
-            "top_k": [
+            "k": [
                 lambda: True,
                 lambda: 0,
                 lambda: -3,
@@ -135,7 +135,7 @@ class Malformed:
         """A valid body for ``path``, to break in one place."""
         queries = list(self.rng.choice(self.queries, size=3))
         if path == "/route":
-            return {"queries": queries, "top_k": 2, "cost_weight": 0.1}
+            return {"queries": queries, "k": 2, "cost_weight": 0.1}
         if path == "/predict":
             return {"queries": queries, "models": self.models[:2]}
         name = f"newcomer-{self.text(8)}"
@@ -158,12 +158,12 @@ class Malformed:
     def raw(self, path):
         """Bytes that no request may be: broken or non-JSON JSON."""
         valid = self.valid(path)
-        valid.pop("top_k", None)
+        valid.pop("k", None)
         good = json.dumps(valid)
         number = self.pick(["NaN", "Infinity", "-Infinity", "1e400", "9" * 5000])
         tricks = [
             lambda: good[: int(self.rng.integers(0, len(good)))],  # cut short
-            lambda: good[:-1] + f', "top_k": {number}}}',
+            lambda: good[:-1] + f', "k": {number}}}',
             lambda: good.replace('"', '"\\ud800', 1),
             lambda: good.replace('"', '"\\udfff', 3),
             lambda: good[:-1] + ', "' + next(iter(json.loads(good))) + '": []}',

@@ -122,7 +122,7 @@ def test_embed_writes_one_row_per_model(workspace):
     )
 
 
-def test_route_writes_the_choice_and_the_top_k(workspace):
+def test_route_writes_the_choice_and_the_k_best(workspace):
     folder, data, *_ = workspace
     run = succeeded(
         sklocus(
@@ -132,7 +132,7 @@ def test_route_writes_the_choice_and_the_top_k(workspace):
             "queries.csv",
             "-o",
             "routes.csv",
-            "--top-k",
+            "-k",
             "4",
             "--exclude",
             data.model_names[0],
@@ -168,7 +168,7 @@ def test_route_reads_a_text_file_of_queries(workspace, capsys):
             "few.txt",
             "-o",
             "few.parquet",
-            "--top-k",
+            "-k",
             "1",
             cwd=folder,
             capsys=capsys,
@@ -199,7 +199,7 @@ def test_route_with_a_group_column_corrects_per_group(workspace, capsys):
             "grouped_routes.csv",
             "--group-column",
             "benchmark",
-            "--top-k",
+            "-k",
             "2",
             cwd=folder,
             capsys=capsys,
@@ -390,7 +390,7 @@ def test_query_texts_are_encoded_and_new_ones_routed(workspace, capsys):
             "new_routes.csv",
             "--text-column",
             "prompt",
-            "--top-k",
+            "-k",
             "2",
             cwd=folder,
             capsys=capsys,
@@ -658,7 +658,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
                 "queries.csv",
                 "-o",
                 "r.csv",
-                "--top-k",
+                "-k",
                 "31",
             ],
             "k=31 is more than the 30 models",

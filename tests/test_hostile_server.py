@@ -78,7 +78,7 @@ def _faults(response):
         ('{"queries": ["q00001"], "cost_weight": Infinity}', "Infinity is not"),
         ('{"queries": ["q00001"], "cost_weight": -Infinity}', "-Infinity is not"),
         ('{"queries": ["q00001"], "cost_weight": 1e400}', "'1e400' overflows a float"),
-        ('{"queries": ["q00001"], "top_k": 1' + "0" * 5000 + "}", "at most 18"),
+        ('{"queries": ["q00001"], "k": 1' + "0" * 5000 + "}", "at most 18"),
         ('{"queries": ["\\ud800"]}', "lone surrogate \\ud800"),
         ('{"queries": ["q00001"], "\\udfffx": 1}', "lone surrogate \\udfff"),
         ('{"queries": ["q1"], "queries": ["q2"]}', "'queries' appears twice"),
@@ -127,9 +127,9 @@ def test_errors_do_not_echo_the_request(client):
 @pytest.mark.parametrize(
     "body, loc",
     [
-        ({"queries": ["q00001"], "top_k": True}, ("body", "top_k")),
-        ({"queries": ["q00001"], "top_k": 2.0}, ("body", "top_k")),
-        ({"queries": ["q00001"], "top_k": "2"}, ("body", "top_k")),
+        ({"queries": ["q00001"], "k": True}, ("body", "k")),
+        ({"queries": ["q00001"], "k": 2.0}, ("body", "k")),
+        ({"queries": ["q00001"], "k": "2"}, ("body", "k")),
         ({"queries": ["q00001"], "cost_weight": True}, ("body", "cost_weight")),
         ({"queries": ["q00001"], "cost_weight": "0.5"}, ("body", "cost_weight")),
     ],
@@ -141,7 +141,7 @@ def test_types_are_strict(client, body, loc):
 
 
 def test_strict_types_still_take_integers_as_numbers(client):
-    body = {"queries": ["q00001"], "cost_weight": 1, "top_k": 2}
+    body = {"queries": ["q00001"], "cost_weight": 1, "k": 2}
     assert client.post("/route", json=body).status_code == 200
     scored = {"name": "x", "evaluations": {"q00001": True}, "cost": 1}
     assert client.post("/models", json=scored).status_code == 422

@@ -95,7 +95,7 @@ def _errors(response):
 def test_route_lists_the_routers_ranking(client, pool):
     data, _, router = pool
     queries = data.query_ids[:7]
-    response = client.post("/route", json={"queries": queries, "top_k": 4})
+    response = client.post("/route", json={"queries": queries, "k": 4})
     assert response.status_code == 200
     routes = response.json()["routes"]
     models, p = router.rank_models(queries, k=4)
@@ -205,9 +205,9 @@ def test_onboarding_and_removal_change_only_the_pool(pool):
         ),
         (
             "/route",
-            {"queries": ["q00001"], "top_k": 17},
+            {"queries": ["q00001"], "k": 17},
             422,
-            ("body", "top_k"),
+            ("body", "k"),
             "expected 1 to 16",
         ),
         (

@@ -57,7 +57,7 @@ def _asked(data, group_of):
 def test_routes_with_groups_are_the_librarys_over_http(client, pool):
     data, group_of, router, _ = pool
     queries, groups = _asked(data, group_of)
-    body = {"queries": queries, "top_k": 4, "query_groups": groups}
+    body = {"queries": queries, "k": 4, "query_groups": groups}
     response = client.post("/route", json=body)
     assert response.status_code == 200, response.text
     routes = response.json()["routes"]
@@ -65,7 +65,7 @@ def test_routes_with_groups_are_the_librarys_over_http(client, pool):
     assert [[c["model"] for c in r["top"]] for r in routes] == models.tolist()
     np.testing.assert_array_equal([[c["p"] for c in r["top"]] for r in routes], p)
     # The groups moved the answer: without them the probabilities differ.
-    ungrouped = client.post("/route", json={"queries": queries, "top_k": 4}).json()
+    ungrouped = client.post("/route", json={"queries": queries, "k": 4}).json()
     _, plain_p = router.rank_models(queries, k=4)
     listed = [[c["p"] for c in r["top"]] for r in ungrouped["routes"]]
     np.testing.assert_array_equal(listed, plain_p)

@@ -152,7 +152,7 @@ def _add_model_commands(commands):
         "route",
         help="choose a model from a pool for each query",
         description="Embed the pool of models in EVALS with MODEL, then write for "
-        "each query of QUERIES the chosen model and the top-k models with their "
+        "each query of QUERIES the chosen model and the k best models with their "
         "probability of a correct answer. QUERIES is a CSV or Parquet table with "
         "the query column (and the text column, when given), or a .txt file of one "
         "query per line.",
@@ -165,7 +165,11 @@ def _add_model_commands(commands):
     add_encoding_cache_option(add_vector_options(route))
     choice = route.add_argument_group("choice")
     choice.add_argument(
-        "--top-k", type=integer_in(1), default=3, metavar="K", help="default: 3"
+        "-k",
+        type=integer_in(1),
+        default=3,
+        metavar="K",
+        help="models listed per query (default: 3)",
     )
     choice.add_argument(
         "--exclude",

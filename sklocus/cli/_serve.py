@@ -15,6 +15,7 @@ from sklocus.cli._common import (
 from sklocus.cli._models import build_router, checked_embedder, teach_queries
 from sklocus.cli._parsers import TOKEN_VARIABLE
 from sklocus.cli._tables import per_query, read_evaluations
+from sklocus.serve._service import router_thread
 
 
 def _router_from(arguments):
@@ -39,7 +40,10 @@ def _router_from(arguments):
     embedder = checked_embedder(loaded, path)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
-    router = build_router(
+    # Built on the thread that will route with it: torch keeps a pool of OpenMP
+    # threads per calling thread, and a second pool would slow every route.
+    router = router_thread.call(
+        build_router,
         embedder,
         evaluations,
         arguments.cost_weight,

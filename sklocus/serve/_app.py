@@ -89,7 +89,7 @@ class RouteRequest(_Strict):
         allow_inf_nan=False,
         description="weight of cost for this request; the router's by default",
     )
-    top_k: int | None = Field(
+    k: int | None = Field(
         default=None, ge=1, description="models listed per query (default up to 3)"
     )
     query_groups: list[GroupLabel | None] | None = Field(
@@ -418,13 +418,13 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
 
     @app.post("/route", response_model=RouteResponse)
     async def route(body: RouteRequest):
-        """Route each query to its best model, listing the top ``top_k``."""
+        """Route each query to its best model, listing the top ``k``."""
         routes = await _on_router_thread(
             service.route,
             body.queries,
             exclude=body.exclude,
             cost_weight=body.cost_weight,
-            top_k=body.top_k,
+            k=body.k,
             query_groups=body.query_groups,
         )
         return {"routes": routes}

@@ -14,7 +14,7 @@ import json
 import math
 import re
 
-# An integer field here is a count (top_k); longer integers are refused before
+# An integer field here is a count (k); longer integers are refused before
 # Python spends time converting them.
 MAX_INTEGER_DIGITS = 18
 _SHOWN_CHARS = 40

@@ -20,7 +20,8 @@ shared by every service of the process and taking one call at a time (a call
 already uses every core through torch's own threads); an onboarding computes
 on a thread of its own that ends with it, which hands its OpenMP pool back. A
 thread that ran torch before serving and lives on (the main thread that fitted
-the router, say) keeps its pool, and the router thread's is then a second one.
+the router, say) keeps its pool, and the router thread's is then a second one;
+so ``sklocus serve EMBEDDER EVALS`` builds its router on the router thread.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ class RouterService:
     --------
     >>> from sklocus.serve import RouterService
     >>> service = RouterService(router)  # doctest: +SKIP
-    >>> service.route(["What is 2 + 2?"], top_k=2)  # doctest: +SKIP
+    >>> service.route(["What is 2 + 2?"], k=2)  # doctest: +SKIP
     [{'query': 'What is 2 + 2?', 'model': 'a', 'top': [...]}]
     """
 
@@ -325,7 +326,7 @@ class RouterService:
     # -- reading ----------------------------------------------------------------
 
     def route(
-        self, queries, *, exclude=None, cost_weight=None, top_k=None, query_groups=None
+        self, queries, *, exclude=None, cost_weight=None, k=None, query_groups=None
     ):
         """List the best models for each query, best first.
 
@@ -337,7 +338,7 @@ class RouterService:
             Models not to route to.
         cost_weight : float, default=None
             Weight of cost for this request; ``None`` uses the router's.
-        top_k : int, default=None
+        k : int, default=None
             Models listed per query; ``None`` lists up to 3.
         query_groups : list of str or None, default=None
             Each query's group, None for none, when the router was fitted with
@@ -358,12 +359,12 @@ class RouterService:
         available = len(router.classes_) - len(set(exclude))
         if available < 1:
             raise RequestError(("exclude",), "excludes every model; leave at least one")
-        if top_k is None:
-            top_k = min(3, available)
-        elif not 1 <= top_k <= available:
+        if k is None:
+            k = min(3, available)
+        elif not 1 <= k <= available:
             raise RequestError(
-                ("top_k",),
-                f"top_k={top_k}; expected 1 to {available}, the models available",
+                ("k",),
+                f"k={k}; expected 1 to {available}, the models available",
             )
         if cost_weight is not None:
             if not math.isfinite(cost_weight) or cost_weight < 0:
@@ -378,7 +379,7 @@ class RouterService:
             models, probabilities = router_thread.call(
                 router.rank_models,
                 queries,
-                k=top_k,
+                k=k,
                 exclude=exclude or None,
                 cost_weight=cost_weight,
                 query_groups=query_groups,
