@@ -97,9 +97,7 @@ print(report.round(3))
 # new models with ``add_models``: one forward pass each, the existing
 # embeddings untouched. Here the router's expected accuracy (from the
 # generator's true probabilities) is measured on every query before and after.
-scores, router_queries = to_matrix(train_sets)
-Y = pd.DataFrame(scores.T, columns=train_names)
-router = LocusRouter(FrozenEstimator(embedder)).fit(router_queries, Y)
+router = LocusRouter(FrozenEstimator(embedder)).fit_evaluations(train_sets, train_names)
 
 
 def expected_accuracy(router):

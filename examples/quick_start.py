@@ -25,7 +25,6 @@ from sklearn.metrics import adjusted_rand_score
 
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
-from sklocus.evaluations import to_matrix
 from sklocus.geometry import cluster_models, find_duplicates, nearest_models
 
 data = make_evaluations(n_models=120, n_queries=600, random_state=0)
@@ -107,21 +106,20 @@ print(
 # -------------
 #
 # A :class:`~sklocus.LocusRouter` is a classifier whose samples are queries and
-# whose classes are models. It takes the scores as a queries x models table, NaN
-# where a model was not evaluated. Wrapping the fitted embedder in
-# :class:`~sklearn.frozen.FrozenEstimator` makes ``fit`` embed the models without
+# whose classes are models; ``fit_evaluations`` takes the pool's evaluation sets
+# as the embedder does. Wrapping the fitted embedder in
+# :class:`~sklearn.frozen.FrozenEstimator` makes it embed the models without
 # training again.
-scores, queries = to_matrix(sets)  # models x queries
-Y = pd.DataFrame(scores.T, columns=data.model_names)  # queries x models
-router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+router = LocusRouter(FrozenEstimator(embedder))
+router.fit_evaluations(sets, data.model_names)
+queries = data.query_ids
 print("routes of the first five queries:", list(router.predict(queries[:5])))
 
 # %%
 # How good are the routes? The true probabilities give each route's expected
 # accuracy; compare it with sending every query to the single best model, and
 # with an oracle that knows the best model for each query.
-columns = [data.query_ids.index(query) for query in queries]
-true = data.probabilities[:, columns]
+true = data.probabilities  # models x queries
 chosen = [data.model_names.index(name) for name in router.predict(queries)]
 routed = true[chosen, np.arange(len(queries))].mean()
 print(f"expected accuracy, routed:     {routed:.3f}")

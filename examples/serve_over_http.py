@@ -27,11 +27,10 @@ import time
 from pathlib import Path
 
 import httpx
-import pandas as pd
 from sklearn.frozen import FrozenEstimator
 
 import sklocus
-from sklocus import LocusEmbedder, LocusRouter, to_matrix
+from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 
 data = make_evaluations(n_models=60, n_queries=400, random_state=0)
@@ -48,9 +47,9 @@ embedder = LocusEmbedder(
     predictor_lr=1e-2,
     random_state=0,
 ).fit(pool)
-scores, queries = to_matrix(pool)
-Y = pd.DataFrame(scores.T, columns=data.model_names[:-1])
-router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+router = LocusRouter(FrozenEstimator(embedder))
+router.fit_evaluations(pool, data.model_names[:-1])
+queries = data.query_ids
 folder = tempfile.TemporaryDirectory()
 path = Path(folder.name) / "router.sklocus"
 sklocus.save(router, path)
@@ -95,9 +94,9 @@ print("health:", client.get("/health").json())
 #
 # ``POST /route`` takes the queries (texts, or here the ids that the router's
 # precomputed encoder knows) and answers, for each, the chosen model and the
-# ``top_k`` best with their probability of answering correctly.
+# ``k`` best with their probability of answering correctly.
 asked = queries[:5]
-routes = client.post("/route", json={"queries": asked, "top_k": 2}).json()["routes"]
+routes = client.post("/route", json={"queries": asked, "k": 2}).json()["routes"]
 for route in routes[:2]:
     print(route)
 in_python = router.predict(asked).tolist()

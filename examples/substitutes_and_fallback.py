@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from sklearn.frozen import FrozenEstimator
 
-from sklocus import LocusEmbedder, LocusRouter, to_matrix
+from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.geometry import nearest_models
 
@@ -36,9 +36,9 @@ embedder = LocusEmbedder(
     predictor_lr=1e-2,
     random_state=0,
 ).fit(data.evaluation_sets)
-scores, queries = to_matrix(data.evaluation_sets, data.query_ids)
-Y = pd.DataFrame(scores.T, index=queries, columns=data.model_names)
-router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+router = LocusRouter(FrozenEstimator(embedder))
+router.fit_evaluations(data.evaluation_sets, data.model_names)
+queries = data.query_ids
 
 routes = pd.Series(router.predict(queries), index=queries)
 print("queries per model:")

@@ -29,7 +29,7 @@ import pandas as pd
 from sklearn.frozen import FrozenEstimator
 
 import sklocus
-from sklocus import LocusEmbedder, LocusRouter, from_long, to_matrix
+from sklocus import LocusEmbedder, LocusRouter, from_long
 from sklocus.datasets import make_evaluations
 
 data = make_evaluations(n_models=120, n_queries=600, random_state=0)
@@ -61,11 +61,10 @@ print(f"{len(table)} rows -> {len(sets)} evaluation sets")
 #
 # The embedder learns from the evaluation sets. The settings train a small
 # network in seconds (the defaults, sized to the pool, train for minutes). The
-# router wants the scores as a queries x models table, NaN where a model was not
-# evaluated; :func:`~sklocus.to_matrix` arranges the sets that way. Wrapped in
-# ``FrozenEstimator``, the trained embedder is used as it is: the router's
-# ``fit`` only embeds every model (given a bare embedder, it would train a new
-# one, and warn).
+# router takes the same sets, with the models' names. Wrapped in
+# ``FrozenEstimator``, the trained embedder is used as it is: the router only
+# embeds every model (given a bare embedder, it would train a new one, and
+# warn).
 embedder = LocusEmbedder(
     query_encoder=data.encoder,
     embedding_dim=32,
@@ -78,9 +77,7 @@ embedder = LocusEmbedder(
     predictor_lr=1e-2,
     random_state=0,
 ).fit(sets)
-scores, queries = to_matrix(sets)  # models x queries
-Y = pd.DataFrame(scores.T, index=queries, columns=names)  # queries x models
-router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+router = LocusRouter(FrozenEstimator(embedder)).fit_evaluations(sets, names)
 incoming = data.query_ids[:8]
 routes = router.predict(incoming)
 print(pd.Series(routes, index=incoming, name="model"))

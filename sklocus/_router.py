@@ -349,7 +349,64 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             )
         model_names = [str(name) for name in names]
         evaluation_sets = from_matrix(scores.T, queries, model_names)
+        return self._fit(evaluation_sets, names, cost, (queries, scores), query_groups)
 
+    def fit_evaluations(
+        self, evaluation_sets, names=None, cost=None, query_groups=None
+    ):
+        """Embed every model from its evaluation set, as :meth:`fit` does from a table.
+
+        The same router as ``fit(queries, Y)`` with ``Y`` the dense table of these
+        sets, without building that table: what a pool read as evaluation sets or a
+        long table (:func:`~sklocus.evaluations.from_long`) needs, however many
+        models it holds. Only ``calibrate=True`` and ``query_groups``, which compare
+        each model's scores with its predictions query by query, build it.
+
+        Read more in the :ref:`User Guide <routing>`.
+
+        Parameters
+        ----------
+        evaluation_sets : sequence of mappings
+            One mapping from query to score per model, as
+            :class:`~sklocus.LocusEmbedder` takes them.
+        names : sequence, default=None
+            The models' names, distinct strings or integers; ``None`` numbers them
+            0 to n_models - 1, as an array ``Y`` does.
+        cost : array-like of shape (n_models,) or Series, default=None
+            Cost of each model, non-negative; a Series is matched by name.
+        query_groups : mapping, default=None
+            The group of each query (a query missing from it has none), as
+            :meth:`add_models` takes them.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        evaluation_sets = reusable(evaluation_sets)
+        if names is None:
+            ragged = check_evaluation_sets(evaluation_sets)
+            names = np.arange(ragged.n_sets)
+        else:
+            checked = check_model_names(names)
+            ragged = check_evaluation_sets(evaluation_sets, [str(n) for n in checked])
+            names = np.empty(len(checked), dtype=object)
+            names[:] = checked
+        cost = check_cost(cost, names)
+        table = groups = None
+        if self.calibrate or query_groups is not None:
+            scores, queries = to_matrix(ragged)
+            table = (queries, scores.T)
+            if query_groups is not None:
+                groups = self._groups_of(query_groups, queries, "fit_evaluations")
+        return self._fit(evaluation_sets, names, cost, table, groups)
+
+    def _fit(self, evaluation_sets, names, cost, table, query_groups):
+        """Fit on checked sets; ``table`` is ``(queries, scores)``, dense, when needed.
+
+        ``scores`` is ``(n_queries, n_models)`` with NaN where unobserved; only
+        calibration and query groups read it.
+        """
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
             warnings.warn(
@@ -366,6 +423,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         for name in _CALIBRATION:
             setattr(self, name, None)
         if self.calibrate:
+            queries, scores = table
             held = self._held_out_logits(queries, scores)
             levels = self._levels(self.embeddings_, queries, scores)
             (
@@ -375,6 +433,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             ) = fit_calibration(*held, levels)
         self.groups_ = self.group_offsets_ = None
         if query_groups is not None:
+            queries, scores = table
             self.groups_, self.group_offsets_ = self._group_offsets(
                 self.embeddings_, self.model_offsets_, queries, scores, query_groups
             )
@@ -793,15 +852,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self, embeddings, model_offsets, evaluation_sets, query_groups
     ):
         """Offsets for the router's groups of new models, from a query-to-group map."""
-        if not hasattr(query_groups, "get"):
-            raise TypeError(
-                f"query_groups is a {type(query_groups).__name__}; add_models takes "
-                "a mapping from each query to its group"
-            )
         scores, queries = to_matrix(evaluation_sets)
-        groups = check_query_groups(
-            [query_groups.get(q) for q in queries], len(queries)
-        )
+        groups = self._groups_of(query_groups, queries, "add_models")
         # Only the router's groups get offsets; others have nothing to apply to.
         known = set(self.groups_.tolist())
         groups = np.array([g if g in known else None for g in groups], dtype=object)
@@ -813,6 +865,16 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         for j, label in enumerate(fitted_groups):
             out[:, column[label]] = offsets[:, j]
         return out
+
+    @staticmethod
+    def _groups_of(query_groups, queries, method):
+        """Each query's group from a mapping, checked as ``fit``'s are."""
+        if not hasattr(query_groups, "get"):
+            raise TypeError(
+                f"query_groups is a {type(query_groups).__name__}; {method} takes "
+                "a mapping from each query to its group"
+            )
+        return check_query_groups([query_groups.get(q) for q in queries], len(queries))
 
     def remove_models(self, names):
         """Retire models from the router.

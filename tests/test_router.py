@@ -476,3 +476,63 @@ def test_costs_follow_one_rule_and_name_the_model():
         check_costs([1, np.nan, 2], names, what="params")
     with pytest.raises(ValueError, match=r"shape \(2,\); give one cost per model"):
         check_costs([1, 2], names)
+
+
+def _train_sets(data, train):
+    kept = set(train)
+    return [{q: s for q, s in e.items() if q in kept} for e in data.evaluation_sets]
+
+
+@pytest.mark.parametrize("calibrate", [False, True])
+def test_fit_evaluations_is_fit_without_the_dense_table(router, problem, calibrate):
+    data, train, Y, test, _ = problem
+    sets = _train_sets(data, train)
+    benchmark = dict(zip(data.query_ids, data.benchmarks.tolist()))
+    groups = [benchmark[q] for q in train]
+    settings = dict(refine_steps=3, calibrate=calibrate)
+    frozen = FrozenEstimator(router.embedder_)
+    from_table = LocusRouter(frozen, **settings).fit(
+        train, Y, cost=data.params_b, query_groups=groups
+    )
+    from_sets = LocusRouter(frozen, **settings).fit_evaluations(
+        sets, data.model_names, cost=data.params_b, query_groups=benchmark
+    )
+    assert from_sets.classes_.tolist() == from_table.classes_.tolist()
+    np.testing.assert_allclose(from_sets.embeddings_, from_table.embeddings_, atol=1e-5)
+    np.testing.assert_array_equal(from_sets.cost_, from_table.cost_)
+    # Groups come in order of first appearance, which differs between the two.
+    order = [from_table.groups_.tolist().index(g) for g in from_sets.groups_]
+    assert sorted(order) == list(range(len(from_table.groups_)))
+    np.testing.assert_allclose(
+        from_sets.group_offsets_, from_table.group_offsets_[:, order], atol=1e-4
+    )
+    test_groups = [benchmark[q] for q in test]
+    np.testing.assert_allclose(
+        from_sets.predict_correctness(test, test_groups),
+        from_table.predict_correctness(test, test_groups),
+        atol=1e-4,
+    )
+    if calibrate:
+        assert from_sets.calibration_slope_ == pytest.approx(
+            from_table.calibration_slope_, abs=1e-4
+        )
+
+
+def test_fit_evaluations_numbers_unnamed_models_and_names_bad_input(router, problem):
+    data, train, *_ = problem
+    sets = _train_sets(data, train)[:4]
+    frozen = FrozenEstimator(router.embedder_)
+    numbered = LocusRouter(frozen, refine_steps=0).fit_evaluations(sets)
+    assert numbered.classes_.tolist() == [0, 1, 2, 3]
+    assert numbered.predict(train[:3]).dtype.kind == "i"
+    with pytest.raises(ValueError, match="got 3 model names for 4 evaluation sets"):
+        LocusRouter(frozen).fit_evaluations(sets, ["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"cost has no value for model 'd'"):
+        LocusRouter(frozen).fit_evaluations(
+            sets, list("abcd"), cost=pd.Series([1.0, 2, 3], index=list("abc"))
+        )
+    with pytest.raises(TypeError, match="fit_evaluations takes a mapping"):
+        LocusRouter(frozen).fit_evaluations(sets, list("abcd"), query_groups=["x"])
+    with pytest.raises(ValueError, match="set 2 .*'c'.* is empty"):
+        LocusRouter(frozen).fit_evaluations(sets[:2] + [{}] + sets[3:], list("abcd"))
+    assert sets[0] == _train_sets(data, train)[0]  # nothing the user gave changed

@@ -38,7 +38,6 @@ from sklocus.cli._tables import (
     write_table,
 )
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
-from sklocus.evaluations import to_matrix
 
 # Parameters that the command line sets through options of their own, or that
 # hold Python objects a command line cannot give.
@@ -212,14 +211,12 @@ def build_router(embedder, evaluations, cost_weight=0.0, groups=None):
     ``groups`` maps a query of the pool to its group (``LocusRouter``'s
     ``query_groups``); a query it lacks has none.
     """
-    scores, pool_queries = to_matrix(evaluations.sets)
-    Y = pd.DataFrame(scores.T, columns=evaluations.model_names)
     router = LocusRouter(FrozenEstimator(embedder), cost_weight=cost_weight)
-    query_groups = None
-    if groups is not None:
-        query_groups = [groups.get(query) for query in pool_queries]
-    return router.fit(
-        pool_queries, Y, cost=evaluations.costs, query_groups=query_groups
+    return router.fit_evaluations(
+        evaluations.sets,
+        evaluations.model_names,
+        cost=evaluations.costs,
+        query_groups=groups,
     )
 
 
@@ -304,7 +301,7 @@ def run_route(arguments):
         )
         models, probabilities = router.rank_models(
             queries,
-            k=arguments.top_k,
+            k=arguments.k,
             exclude=arguments.exclude or None,
             query_groups=query_groups,
         )
