@@ -4,6 +4,7 @@ Needs the dask extra; skipped where it is missing, except on CI, where that is a
 failure.
 """
 
+import copy
 import os
 
 import numpy as np
@@ -123,3 +124,14 @@ def test_on_two_worker_processes_the_vectors_are_identical(trained, client):
     # Each worker unpickled the embedder once, for its three or so partitions.
     loads = client.run(lambda: CountingEmbedder.loads)
     assert sorted(loads.values()) == [1, 1], loads
+
+
+def test_refined_vectors_on_two_worker_processes_are_identical(trained, client):
+    data, embedder, table, _ = trained
+    refining = copy.deepcopy(embedder).set_params(refine_steps=10)
+    frame = dd.from_pandas(table.set_index("model"), npartitions=6, sort=True)
+    embeddings = embed_dask(refining, frame).compute()
+    np.testing.assert_array_equal(
+        vectors_by_model(embeddings, data.model_names),
+        refining.transform(data.evaluation_sets),
+    )

@@ -279,15 +279,19 @@ def test_pad_and_size_buckets():
     values, mask = pad([np.array([1, 2, 3])], 0, torch.long, width=5)
     assert values.tolist() == [[1, 2, 3, 0, 0]] and mask.sum() == 3
     sizes = np.array([5, 1, 100, 5, 2, 17, 16])
-    # Up to 16 evaluations are padded to 16; 16 widths per doubling from there.
-    assert padded_width(sizes).tolist() == [16, 16, 100, 16, 16, 17, 16]
+    # Multiples of 16, and from 256 on one of 16 widths per doubling.
+    assert padded_width(sizes).tolist() == [16, 16, 112, 16, 16, 32, 16]
+    many = np.arange(1, 5000)
+    widths = padded_width(many)
+    assert (widths % 16 == 0).all() and (widths >= many).all()
+    assert (widths[255:] <= many[255:] * 17 / 16).all()
     batches = size_buckets(sizes, max_tokens=40, max_sets=2)
     assert [(b.tolist(), w) for b, w in batches] == [
         ([0, 1], 16),
         ([3, 4], 16),
         ([6], 16),
-        ([5], 17),
-        ([2], 100),
+        ([5], 32),
+        ([2], 112),
     ]
     assert sorted(np.concatenate([b for b, _ in batches]).tolist()) == list(range(7))
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-# A set of fewer evaluations is padded to this many: fewer rows than MKL needs to
-# compute each row alike (sklocus.nn.attention) would make it depend on the batch.
-_MIN_WIDTH = 16
-# Widths a set may be padded to per doubling of its size: at most 1/16 padding.
+# Widths are multiples of this many rows. MKL computes a matrix product in blocks
+# of 16 rows and rounds a row differently at another place in its block, so the
+# predictor's layers, which run over a batch's (set x evaluation) rows, give a set
+# the same bits alone and among others only when every set starts a block. It is
+# also the least width: fewer rows than that would make attention depend on the
+# batch (sklocus.nn.attention).
+_ROW_BLOCK = 16
+# Widths a set may be padded to per doubling of its size: at most 1/16 padding
+# from 256 evaluations on, up to 15 rows below.
 _WIDTHS_PER_OCTAVE = 16
 
 
@@ -46,8 +51,11 @@ def padded_width(sizes):
     It depends on the set's own size alone, so that a set is embedded with the
     same padding whatever sets share its batch: attention over padded keys sums
     in an order that depends on their number, even where the mask hides them.
-    Sizes are rounded up to one of 16 widths per doubling (at most 1/16 padding),
-    and to at least 16.
+    Sizes are rounded up to a multiple of 16 and to one of 16 widths per doubling,
+    whichever is coarser: a set's rows then start a block of 16 rows of every
+    matrix product over the batch, where they are computed alike whatever
+    precedes them, so embedding, refinement and prediction give a set the same
+    bits alone and in any company.
 
     Parameters
     ----------
@@ -60,8 +68,11 @@ def padded_width(sizes):
     """
     sizes = np.maximum(np.asarray(sizes, dtype=np.int64), 1)
     octave = np.floor(np.log2(sizes)).astype(np.int64)
-    step = np.left_shift(1, np.maximum(octave - int(np.log2(_WIDTHS_PER_OCTAVE)), 0))
-    return np.maximum(-(-sizes // step) * step, _MIN_WIDTH)
+    per_octave = np.left_shift(
+        1, np.maximum(octave - int(np.log2(_WIDTHS_PER_OCTAVE)), 0)
+    )
+    step = np.maximum(per_octave, _ROW_BLOCK)  # powers of two: multiples of 16
+    return -(-sizes // step) * step
 
 
 def size_buckets(sizes, max_tokens, max_sets):
