@@ -239,3 +239,32 @@ def test_convergence_of_a_sample_of_a_large_pool(pool, trained):
         any(v is not None for v in row) for row in page["convergence"]["distance"]
     ]
     assert sum(measured) == 10
+
+
+def test_the_page_script_is_valid_javascript():
+    # The script is a file of its own so that tools read it as JavaScript; node
+    # --check parses it without running it. The browser tests run it.
+    import shutil
+    import subprocess
+    from importlib import resources
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed; tests/test_report_browser.py runs it")
+    script = resources.files("sklocus.report") / "page" / "map.js"
+    result = subprocess.run(
+        [node, "--check", str(script)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_page_holds_its_style_script_and_data_inline():
+    from sklocus.report._html import render_html
+
+    data = {"sklocus_version": "9.9", "title": "t", "models": []}
+    page = render_html(data, title="a <map>")
+    assert "<title>a &lt;map&gt;</title>" in page
+    assert "window.sklocusMap" in page  # the script
+    assert "grid-template-columns" in page  # the style
+    assert '"sklocus_version":"9.9"' in page
+    assert "@SCRIPT@" not in page and "@STYLE@" not in page
