@@ -1,0 +1,159 @@
+"""The package's modules import downwards only, and never in a circle.
+
+Each module belongs to a layer; a module may import (at the top of the file or
+inside a function) from its own layer and the layers below, never from above.
+A new module must be given a layer here, which is the point: where it sits is a
+decision, not an accident of what it happened to import.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import sklocus
+
+PACKAGE = Path(sklocus.__file__).parent
+
+# Lowest first. A name stands for the module and, when it is a package, every
+# module inside it.
+LAYERS = [
+    # Checks, versions, files, devices, progress: no other sklocus module.
+    [
+        "_validation",
+        "_versioning",
+        "_files",
+        "_device",
+        "_progress",
+        "_encoding_cache",
+        "_packaged_models",
+        "metrics",
+    ],
+    # Data, query encoders, the torch network and the pure numerics of routing.
+    ["evaluations", "encoders", "nn", "_groups", "_calibration", "geometry"],
+    # The estimators of models and the ways to feed them.
+    ["_embedder", "_selection", "_streaming", "dask", "datasets"],
+    ["_router"],
+    # What is built on the estimators: model files and the model map.
+    ["_persistence", "report"],
+    ["serve"],
+    # The faces: the command line and the package's own namespace.
+    ["cli", "__main__", ""],
+]
+
+
+def _modules():
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module):
+    for level, names in enumerate(LAYERS):
+        for name in names:
+            if module == name or (name and module.startswith(name + ".")):
+                return level
+    raise AssertionError(f"sklocus.{module} has no layer; add it to LAYERS")
+
+
+def _imports(module, path):
+    """Return ``(target, line, at_top)`` for each sklocus module it imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    top = set(map(id, tree.body))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - node.level + 1]
+                stem = ".".join([*base, *([node.module] if node.module else [])])
+                base = "sklocus" + ("." + stem if stem else "")
+            else:
+                base = node.module
+            # "from package import submodule" imports the submodule.
+            names = [
+                f"{base}.{alias.name}"
+                if f"{base}.{alias.name}".removeprefix("sklocus.") in MODULES
+                else base
+                for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            if name != "sklocus" and not name.startswith("sklocus."):
+                continue
+            target = name.removeprefix("sklocus").removeprefix(".")
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target != module:
+                found.append((target, node.lineno, id(node) in top))
+    return found
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        _layer(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_go_down_the_layers(module):
+    for target, line, _ in GRAPH[module]:
+        assert _layer(target) <= _layer(module), (
+            f"sklocus/{MODULES[module].relative_to(PACKAGE)}:{line} imports "
+            f"sklocus.{target}, a layer above sklocus.{module}"
+        )
+
+
+def test_no_import_cycle_at_module_level():
+    edges = {
+        module: {target for target, _, at_top in found if at_top}
+        for module, found in GRAPH.items()
+    }
+    done, path = set(), []
+
+    def visit(module):
+        if module in path:
+            cycle = path[path.index(module) :] + [module]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        path.append(module)
+        for target in sorted(edges[module]):
+            visit(target)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(edges):
+        visit(module)
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+    # The parser sees relative, absolute and in-function imports.
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from . import _validation\n"
+        "from sklocus.nn import batching\n"
+        "def f():\n"
+        "    import sklocus.cli\n",
+        encoding="utf-8",
+    )
+    found = _imports("_router", source)
+    assert [(t, top) for t, _, top in found] == [
+        ("_validation", True),
+        ("nn.batching", True),
+        ("cli", False),
+    ]
+    assert _layer("cli") > _layer("_router")
