@@ -152,6 +152,9 @@ class Server:
         self.client = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}", timeout=120
         )
+        self.connection = http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=120
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
@@ -160,10 +163,6 @@ class Server:
             except httpx.TransportError:
                 time.sleep(0.25)
         raise RuntimeError("the server did not start within 180 s")
-
-        self.connection = http.client.HTTPConnection(
-            "127.0.0.1", self.port, timeout=120
-        )
 
     def route(self, texts):
         response = self.client.post("/route", json={"queries": texts, "k": 3})
