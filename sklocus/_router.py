@@ -28,6 +28,7 @@ from sklocus._groups import (
     fit_group_offsets,
     logits,
 )
+from sklocus._routing import best_models, cost_utilities
 from sklocus._validation import check_costs, check_model_names, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
@@ -40,7 +41,6 @@ from sklocus.evaluations import (
     to_matrix,
 )
 from sklocus.geometry import model_distances
-from sklocus.metrics import best_models
 
 # predict and friends work through the queries in chunks of this many, so that
 # memory stays bounded however many queries come in.
@@ -591,11 +591,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         return mask
 
     def _utility(self, probabilities, cost_weight):
+        """Utilities of ``(n_queries, n_models)`` probabilities, as routed."""
         if self.cost_ is None or cost_weight == 0:
             return probabilities
-        largest = self.cost_.max()
-        normalised = self.cost_ / largest if largest > 0 else self.cost_
-        return probabilities - cost_weight * normalised[None, :]
+        cost = np.broadcast_to(self.cost_[:, None], probabilities.T.shape)
+        return cost_utilities(probabilities.T, cost, cost_weight).T
 
     def predict(self, X, exclude=None, query_groups=None):
         """Choose a model for each query.

@@ -133,9 +133,7 @@ def check_costs(values, names, *, what="cost", positive=False, missing=False):
         raise ValueError(
             f"{what} has shape {values.shape}; give one cost per model ({len(names)})"
         )
-    known = ~np.isnan(values) if missing else np.ones(len(values), dtype=bool)
-    with np.errstate(invalid="ignore"):
-        bad = known & (~np.isfinite(values) | (values <= 0 if positive else values < 0))
+    bad = cost_violations(values, positive=positive, missing=missing)
     if bad.any():
         i = int(np.argmax(bad))
         rule = "positive" if positive else "at least 0"
@@ -144,3 +142,11 @@ def check_costs(values, names, *, what="cost", positive=False, missing=False):
             f"be finite and {rule}" + (" (NaN where unknown)" if missing else "")
         )
     return values
+
+
+def cost_violations(values, *, positive=False, missing=False):
+    """Mask of the costs that break the rule of :func:`check_costs`, any shape."""
+    known = ~np.isnan(values) if missing else np.ones(values.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        below = values <= 0 if positive else values < 0
+        return known & (~np.isfinite(values) | below)

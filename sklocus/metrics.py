@@ -10,13 +10,31 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from sklocus._cost_quality import (
+    aiq,
+    cost_at_quality,
+    cost_quality_curve,
+    quality_at_cost,
+    quality_cost_frontier,
+)
+# TIE_TOLERANCE, which best_models' documentation names, stays importable here.
+from sklocus._routing import TIE_TOLERANCE, best_models, cost_utilities  # noqa: F401
+
 __all__ = [
+    "aiq",
     "best_models",
     "correctness_accuracy",
     "correctness_brier_score",
     "correctness_log_likelihood",
     "correctness_roc_auc",
+    "cost_at_quality",
+    "cost_quality_curve",
+    "cost_utilities",
+    "expected_calibration_error",
     "get_scorer",
+    "quality_at_cost",
+    "quality_cost_frontier",
+    "reliability_curve",
     "routing_accuracy",
 ]
 
@@ -244,50 +262,6 @@ def get_scorer(name):
     return _CorrectnessScorer(name)
 
 
-# Utilities this close to a query's best count as tied with it. A set embedded in
-# another batch, or a row in another place of a GPU matrix product, rounds
-# differently, so an exact copy of a model can score a few float32 ulps above the
-# original (seen on the CPU and on an H200).
-TIE_TOLERANCE = 1e-6
-
-
-def best_models(utilities):
-    """Choose the model each query is routed to: the one rule every router follows.
-
-    The model of highest utility (a probability of a correct answer, less any
-    cost); near-ties, utilities within ``TIE_TOLERANCE`` (1e-6) of the best, go to
-    the model listed first, so that float rounding never decides a route.
-    :meth:`sklocus.LocusRouter.predict`, :func:`routing_accuracy` and the model
-    map all choose this way.
-
-    Read more in the :ref:`User Guide <choosing_a_model>`.
-
-    Parameters
-    ----------
-    utilities : array-like of shape (n_models, n_queries)
-        Each model's utility for each query; ``-inf`` rules a model out.
-
-    Returns
-    -------
-    ndarray of shape (n_queries,), int
-        The row of the chosen model for each query.
-
-    Examples
-    --------
-    >>> from sklocus.metrics import best_models
-    >>> best_models([[0.9, 0.6, 0.5], [0.2, 0.7, 0.5 + 1e-9]])
-    array([0, 1, 0])
-    """
-    utilities = np.asarray(utilities, dtype=np.float64)
-    if utilities.ndim != 2 or utilities.shape[0] == 0:
-        raise ValueError(
-            f"utilities have shape {utilities.shape}; expected (n_models, n_queries) "
-            "with at least one model"
-        )
-    best = utilities.max(axis=0, keepdims=True)
-    return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
-
-
 def routing_accuracy(scores, probabilities):
     """Mean observed score of the model each query is routed to.
 
@@ -323,3 +297,96 @@ def routing_accuracy(scores, probabilities):
             "undefined"
         )
     return float(chosen[observed].mean())
+
+
+def reliability_curve(scores, probabilities, *, n_bins=10, strategy="uniform"):
+    """Observed score against predicted probability, bin by bin.
+
+    The pairs of observed scores and predictions are binned by prediction; for a
+    calibrated predictor each bin's mean score equals its mean prediction. Like
+    :func:`sklearn.calibration.calibration_curve`, for score matrices with gaps
+    and with each bin's count, which :func:`expected_calibration_error` weighs by.
+
+    Read more in the :ref:`User Guide <routing_on_a_budget>`.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores in [0, 1], NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+    n_bins : int, default=10
+        Number of bins.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Bins of equal width over [0, 1], or holding equal numbers of pairs.
+
+    Returns
+    -------
+    predicted : ndarray of shape (n_nonempty,)
+        Mean prediction of each non-empty bin.
+    observed : ndarray of shape (n_nonempty,)
+        Mean observed score of each non-empty bin.
+    counts : ndarray of shape (n_nonempty,), int
+        Pairs in each non-empty bin.
+
+    Examples
+    --------
+    >>> from sklocus.metrics import reliability_curve
+    >>> predicted, observed, counts = reliability_curve(
+    ...     [[1, 0, 1, 1]], [[0.9, 0.1, 0.8, 0.3]], n_bins=2)
+    >>> predicted.round(3).tolist(), observed.tolist(), counts.tolist()
+    ([0.2, 0.85], [0.5, 1.0], [2, 2])
+    """
+    y, p = _observed_pairs(scores, probabilities, "a reliability curve")
+    if (
+        isinstance(n_bins, bool)
+        or not isinstance(n_bins, int | np.integer)
+        or n_bins < 1
+    ):
+        raise ValueError(f"n_bins={n_bins!r}; expected an integer of at least 1")
+    if strategy == "uniform":
+        edges = np.linspace(0.0, 1.0, n_bins + 1)
+    elif strategy == "quantile":
+        edges = np.quantile(p, np.linspace(0.0, 1.0, n_bins + 1))
+    else:
+        raise ValueError(f"strategy={strategy!r}; expected 'uniform' or 'quantile'")
+    bins = np.clip(np.searchsorted(edges[1:-1], p, side="right"), 0, n_bins - 1)
+    counts = np.bincount(bins, minlength=n_bins)
+    kept = counts > 0
+    predicted = np.bincount(bins, weights=p, minlength=n_bins)[kept] / counts[kept]
+    observed = np.bincount(bins, weights=y, minlength=n_bins)[kept] / counts[kept]
+    return predicted, observed, counts[kept]
+
+
+def expected_calibration_error(scores, probabilities, *, n_bins=10, strategy="uniform"):
+    """How far predictions are from the rates they predict, on average.
+
+    ``ECE = sum over bins of (n_b / n) * |mean score_b - mean prediction_b|``,
+    over the bins of :func:`reliability_curve`; 0 for a calibrated predictor.
+
+    Read more in the :ref:`User Guide <routing_on_a_budget>`.
+
+    Parameters
+    ----------
+    scores : array-like of shape (n_models, n_queries)
+        Observed scores in [0, 1], NaN where unobserved.
+    probabilities : array-like of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+    n_bins : int, default=10
+    strategy : {"uniform", "quantile"}, default="uniform"
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from sklocus.metrics import expected_calibration_error
+    >>> round(expected_calibration_error([[1, 0, 1, 1]], [[0.9, 0.1, 0.8, 0.3]],
+    ...                                  n_bins=2), 3)
+    0.225
+    """
+    predicted, observed, counts = reliability_curve(
+        scores, probabilities, n_bins=n_bins, strategy=strategy
+    )
+    return float(np.sum(counts * np.abs(observed - predicted)) / counts.sum())

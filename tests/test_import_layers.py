@@ -28,6 +28,8 @@ LAYERS = [
         "_encoding_cache",
         "_packaged_models",
         "metrics",
+        "_routing",
+        "_cost_quality",
     ],
     # Data, query encoders, the torch network and the pure numerics of routing.
     ["evaluations", "encoders", "nn", "_groups", "_calibration", "geometry"],

@@ -1,0 +1,117 @@
+"""How a query is routed: the one rule, with its ties and its cost.
+
+:func:`best_models` chooses, for each query, the model of highest utility, with
+near-ties going to the model listed first; :func:`cost_utilities` is the utility
+when cost counts. :class:`~sklocus.LocusRouter`, the metrics of
+:mod:`sklocus.metrics` and the model map all route through these two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sklocus._validation import cost_violations
+
+# Utilities this close to a query's best count as tied with it. A set embedded in
+# another batch, or a row in another place of a GPU matrix product, rounds
+# differently, so an exact copy of a model can score a few float32 ulps above the
+# original (seen on the CPU and on an H200).
+TIE_TOLERANCE = 1e-6
+
+
+def best_models(utilities):
+    """Choose the model each query is routed to: the one rule every router follows.
+
+    The model of highest utility (a probability of a correct answer, less any
+    cost); near-ties, utilities within ``TIE_TOLERANCE`` (1e-6) of the best, go to
+    the model listed first, so that float rounding never decides a route.
+    :meth:`sklocus.LocusRouter.predict`, :func:`routing_accuracy` and the model
+    map all choose this way.
+
+    Read more in the :ref:`User Guide <choosing_a_model>`.
+
+    Parameters
+    ----------
+    utilities : array-like of shape (n_models, n_queries)
+        Each model's utility for each query; ``-inf`` rules a model out.
+
+    Returns
+    -------
+    ndarray of shape (n_queries,), int
+        The row of the chosen model for each query.
+
+    Examples
+    --------
+    >>> from sklocus.metrics import best_models
+    >>> best_models([[0.9, 0.6, 0.5], [0.2, 0.7, 0.5 + 1e-9]])
+    array([0, 1, 0])
+    """
+    utilities = np.asarray(utilities, dtype=np.float64)
+    if utilities.ndim != 2 or utilities.shape[0] == 0:
+        raise ValueError(
+            f"utilities have shape {utilities.shape}; expected (n_models, n_queries) "
+            "with at least one model"
+        )
+    best = utilities.max(axis=0, keepdims=True)
+    return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
+
+
+def check_cost_matrix(cost, shape):
+    """Return ``cost`` as float64 of shape ``shape`` ``(n_models, n_queries)``.
+
+    One cost per model is broadcast over the queries. Costs are finite and at
+    least 0, as :func:`sklocus._validation.check_costs` has them.
+    """
+    try:
+        cost = np.asarray(cost, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"cost must be numbers: {error}") from None
+    n_models, n_queries = shape
+    if cost.shape == (n_models,):
+        cost = np.broadcast_to(cost[:, None], shape)
+    elif cost.shape != shape:
+        raise ValueError(
+            f"cost has shape {cost.shape}; expected one cost per model, "
+            f"({n_models},), or one per model and query, {shape}"
+        )
+    bad = cost_violations(cost)
+    if bad.any():
+        model, query = np.argwhere(bad)[0]
+        raise ValueError(
+            f"cost of model {model} on query {query} is {cost[model, query]}; "
+            "costs must be finite and at least 0"
+        )
+    return cost
+
+
+def cost_utilities(probabilities, cost, cost_weight):
+    """Return each model's utility for each query: P(correct) less weighted cost.
+
+    ``probabilities - cost_weight * cost / max(cost)``: a weight of 0.1 trades at
+    most 0.1 of probability against the dearest cost. An infinite weight decides
+    by cost alone, and by probability among models of equal cost. The one
+    definition that :class:`~sklocus.LocusRouter` and
+    :func:`cost_quality_curve` route by.
+
+    Parameters
+    ----------
+    probabilities : ndarray of shape (n_models, n_queries)
+    cost : ndarray of shape (n_models, n_queries)
+        Checked costs (:func:`check_cost_matrix`).
+    cost_weight : float
+        At least 0, or ``inf``.
+
+    Returns
+    -------
+    ndarray of shape (n_models, n_queries), float64
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if cost_weight == 0:
+        return probabilities
+    if np.isinf(cost_weight):
+        # Cost alone; probability only chooses among the cheapest.
+        cheapest = cost == cost.min(axis=0, keepdims=True)
+        return np.where(cheapest, probabilities, -np.inf)
+    largest = cost.max()
+    normalised = cost / largest if largest > 0 else cost
+    return probabilities - cost_weight * normalised
