@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sklocus._routing import best_models, check_cost_matrix, cost_utilities
+from sklocus._routing import (
+    best_models,
+    check_cost_matrix,
+    cost_utilities,
+    threshold_utilities,
+)
 
 # The weights of cost that cost_quality_curve sweeps by default: 0, a geometric
 # ladder wide enough that its top routes every query to the cheapest model
@@ -30,14 +35,18 @@ from sklocus._routing import best_models, check_cost_matrix, cost_utilities
 _DEFAULT_WEIGHTS = np.concatenate([[0.0], np.geomspace(1e-3, 1e3, 61), [np.inf]])
 
 
-def cost_quality_curve(scores, probabilities, cost, *, cost_weights=None):
+def cost_quality_curve(
+    scores, probabilities, cost, *, cost_weights=None, min_probabilities=None
+):
     """Mean cost and quality of routing by ``P(correct) - w * cost`` over weights w.
 
     For each weight, each query goes to the model of highest utility
     (:func:`cost_utilities`, ties as :func:`~sklocus.metrics.best_models` breaks
     them), and the point is the mean cost and mean observed score of the chosen
     models over the queries. Queries whose chosen model was not evaluated on them
-    are left out of that point.
+    are left out of that point. With ``min_probabilities``, the curve is the
+    threshold policy's instead (:func:`threshold_utilities`): the cheapest model
+    whose probability reaches each threshold.
 
     Read more in the :ref:`User Guide <routing_on_a_budget>`.
 
@@ -53,6 +62,9 @@ def cost_quality_curve(scores, probabilities, cost, *, cost_weights=None):
         The weights, each at least 0 (``inf`` allowed). ``None`` sweeps 0, 61
         weights from 1e-3 to 1e3 spaced geometrically, and ``inf``, which routes
         every query to the cheapest model.
+    min_probabilities : array-like of shape (n_settings,), default=None
+        Thresholds in [0, 1] to sweep instead of weights; not with
+        ``cost_weights``.
 
     Returns
     -------
@@ -60,8 +72,8 @@ def cost_quality_curve(scores, probabilities, cost, *, cost_weights=None):
         Mean cost per query of each weight's routes.
     qualities : ndarray of shape (n_weights,)
         Mean observed score of each weight's routes.
-    cost_weights : ndarray of shape (n_weights,)
-        The weights, in the order of the points.
+    settings : ndarray of shape (n_weights,)
+        The weights (or thresholds), in the order of the points.
 
     Examples
     --------
@@ -81,27 +93,36 @@ def cost_quality_curve(scores, probabilities, cost, *, cost_weights=None):
             f"{probabilities.shape}; both must be (n_models, n_queries)"
         )
     cost = check_cost_matrix(cost, scores.shape)
-    weights = _DEFAULT_WEIGHTS if cost_weights is None else cost_weights
-    weights = np.asarray(weights, dtype=np.float64).ravel()
-    if not len(weights) or np.isnan(weights).any() or (weights < 0).any():
+    if min_probabilities is None:
+        settings, utilities = cost_weights, cost_utilities
+        if settings is None:
+            settings = _DEFAULT_WEIGHTS
+    elif cost_weights is None:
+        settings, utilities = min_probabilities, threshold_utilities
+    else:
+        raise ValueError("give cost_weights or min_probabilities, not both")
+    settings = np.asarray(settings, dtype=np.float64).ravel()
+    high = np.inf if utilities is cost_utilities else 1.0
+    if not len(settings) or not ((settings >= 0) & (settings <= high)).all():
+        name = "cost_weights" if high == np.inf else "min_probabilities"
+        bound = "at least 0 (inf allowed)" if high == np.inf else "in [0, 1]"
         raise ValueError(
-            f"cost_weights are {weights.tolist()[:5]}...; expected at least one "
-            "weight, each at least 0 (inf allowed)"
+            f"{name} are {settings.tolist()[:5]}; expected at least one, each {bound}"
         )
     columns = np.arange(scores.shape[1])
-    costs, qualities = np.empty(len(weights)), np.empty(len(weights))
-    for i, weight in enumerate(weights):
-        chosen = best_models(cost_utilities(probabilities, cost, weight))
+    costs, qualities = np.empty(len(settings)), np.empty(len(settings))
+    for i, setting in enumerate(settings):
+        chosen = best_models(utilities(probabilities, cost, setting))
         got = scores[chosen, columns]
         observed = ~np.isnan(got)
         if not observed.any():
             raise ValueError(
-                f"at cost weight {weight}, no query's chosen model has an observed "
+                f"at setting {setting}, no query's chosen model has an observed "
                 "score; the point is undefined"
             )
         costs[i] = cost[chosen, columns][observed].mean()
         qualities[i] = got[observed].mean()
-    return costs, qualities, weights
+    return costs, qualities, settings
 
 
 def _check_points(costs, qualities):

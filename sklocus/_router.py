@@ -28,7 +28,7 @@ from sklocus._groups import (
     fit_group_offsets,
     logits,
 )
-from sklocus._routing import best_models, cost_utilities
+from sklocus._routing import best_models, cost_utilities, threshold_utilities
 from sklocus._validation import check_costs, check_model_names, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
@@ -155,6 +155,33 @@ def _align_rows(Y, queries):
     return Y.iloc[Y.index.get_indexer(wanted)]
 
 
+def _check_number(value, name, *, high):
+    """Refuse a setting of one call that is not a number in [0, high]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0 <= value <= high
+        or value == np.inf
+    ):
+        bound = "a finite number of at least 0" if high == np.inf else f"in [0, {high}]"
+        raise ValueError(f"{name}={value!r} must be {bound}")
+
+
+def _check_policy(cost_weight, min_probability, cost):
+    """Refuse a threshold without costs, or beside a weight of cost."""
+    if cost_weight:
+        raise ValueError(
+            f"cost_weight={cost_weight!r} and min_probability={min_probability!r}: "
+            "a router routes by a weight of cost or by a threshold, not both; set "
+            "cost_weight=0"
+        )
+    if cost is None:
+        raise ValueError(
+            f"min_probability={min_probability!r} routes to the cheapest model that "
+            "reaches it, which needs costs: give cost"
+        )
+
+
 def _is_fitted(estimator):
     try:
         check_is_fitted(estimator)
@@ -202,6 +229,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ``P(correct) - cost_weight * cost / max(cost)``, so ``cost_weight=0.1`` trades
         at most 0.1 of probability against the most expensive model's cost. Ignored
         when no cost is given.
+    min_probability : float in [0, 1] or None, default=None
+        Route by a threshold instead (:ref:`routing_on_a_budget`): to the cheapest
+        model whose probability of a correct answer is at least this, or to the
+        likeliest model when none is. Needs costs, and ``cost_weight=0``.
     refine_steps : int or None, default=50
         Steps of test-time refinement of the pool's embeddings (the embedder's
         ``refine_steps``, used in place of its own setting when the embedder is a
@@ -275,6 +306,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     _parameter_constraints = {
         "embedder": [HasMethods(["fit", "transform"]), None],
         "cost_weight": [Interval(numbers.Real, 0, None, closed="left")],
+        "min_probability": [Interval(numbers.Real, 0, 1, closed="both"), None],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
         "calibrate": ["boolean"],
@@ -287,9 +319,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         refine_steps=50,
         group_shrinkage=3.0,
         calibrate=False,
+        min_probability=None,
     ):
         self.embedder = embedder
         self.cost_weight = cost_weight
+        self.min_probability = min_probability
         self.refine_steps = refine_steps
         self.group_shrinkage = group_shrinkage
         self.calibrate = calibrate
@@ -407,6 +441,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ``scores`` is ``(n_queries, n_models)`` with NaN where unobserved; only
         calibration and query groups read it.
         """
+        if self.min_probability is not None:
+            _check_policy(self.cost_weight, self.min_probability, cost)
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
             warnings.warn(
@@ -590,14 +626,49 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             raise ValueError(f"cannot {verb} every model; leave at least one")
         return mask
 
-    def _utility(self, probabilities, cost_weight):
+    def _policy(self, cost_weight, min_probability):
+        """Return the routing policy of a call: ``(cost_weight, min_probability)``.
+
+        A call's own setting replaces the router's policy; unset, the router's
+        holds.
+        """
+        if cost_weight is not None and min_probability is not None:
+            raise ValueError(
+                f"cost_weight={cost_weight!r} and min_probability="
+                f"{min_probability!r}: give one policy per call, not both"
+            )
+        if cost_weight is not None:
+            _check_number(cost_weight, "cost_weight", high=np.inf)
+            if cost_weight and self.cost_ is None:
+                raise ValueError(
+                    f"cost_weight={cost_weight!r} needs costs, but the router was "
+                    "fitted without them"
+                )
+            return cost_weight, None
+        if min_probability is not None:
+            _check_number(min_probability, "min_probability", high=1)
+            _check_policy(0, min_probability, self.cost_)
+            return 0, min_probability
+        return self.cost_weight, self.min_probability
+
+    def _utility(self, probabilities, cost_weight, min_probability=None):
         """Utilities of ``(n_queries, n_models)`` probabilities, as routed."""
-        if self.cost_ is None or cost_weight == 0:
+        if min_probability is None and (self.cost_ is None or cost_weight == 0):
             return probabilities
         cost = np.broadcast_to(self.cost_[:, None], probabilities.T.shape)
+        if min_probability is not None:
+            return threshold_utilities(probabilities.T, cost, min_probability).T
         return cost_utilities(probabilities.T, cost, cost_weight).T
 
-    def predict(self, X, exclude=None, query_groups=None):
+    def predict(
+        self,
+        X,
+        exclude=None,
+        query_groups=None,
+        *,
+        cost_weight=None,
+        min_probability=None,
+    ):
         """Choose a model for each query.
 
         Parameters
@@ -608,6 +679,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             Models that are unavailable; each query goes to the best of the others.
         query_groups : array-like of shape (n_queries,), default=None
             The queries' groups (see :meth:`predict_correctness`).
+        cost_weight, min_probability : float, default=None
+            The policy of this call only (see :meth:`rank_models`).
 
         Returns
         -------
@@ -616,14 +689,32 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             whose utilities lie within 1e-6 of the best, go to the one listed first
             in ``classes_``.
         """
-        models, _ = self.rank_models(X, k=1, exclude=exclude, query_groups=query_groups)
+        models, _ = self.rank_models(
+            X,
+            k=1,
+            exclude=exclude,
+            cost_weight=cost_weight,
+            min_probability=min_probability,
+            query_groups=query_groups,
+        )
         return models[:, 0]
 
-    def rank_models(self, X, k=3, exclude=None, *, cost_weight=None, query_groups=None):
+    def rank_models(
+        self,
+        X,
+        k=3,
+        exclude=None,
+        *,
+        cost_weight=None,
+        min_probability=None,
+        query_groups=None,
+    ):
         """List the ``k`` best models for each query, best first, with probabilities.
 
-        Models are ranked as :meth:`predict` chooses them: by probability of a
-        correct answer less the weighted cost, so the first is ``predict``'s choice.
+        Models are ranked as :meth:`predict` chooses them, so the first is
+        ``predict``'s choice: by probability of a correct answer less the weighted
+        cost; or, with ``min_probability``, the models that reach it by cost (then
+        probability) above the others by probability.
 
         Parameters
         ----------
@@ -634,9 +725,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         exclude : sequence of model names, default=None
             Models that are unavailable; they are never listed.
         cost_weight : float, default=None
-            The weight of cost for this call only; ``None`` uses the router's
-            ``cost_weight``. A served router takes it per request this way,
-            without changing the shared estimator.
+            The weight of cost for this call only, in place of the router's policy;
+            ``None`` keeps the router's. A served router takes it per request this
+            way, without changing the shared estimator.
+        min_probability : float in [0, 1], default=None
+            A threshold for this call only, in place of the router's policy (see
+            the router's ``min_probability``); not with ``cost_weight``.
         query_groups : array-like of shape (n_queries,), default=None
             The queries' groups (see :meth:`predict_correctness`).
 
@@ -667,21 +761,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ((2, 2), (2, 2))
         """
         check_is_fitted(self, "embeddings_")
-        if cost_weight is None:
-            cost_weight = self.cost_weight
-        elif (
-            isinstance(cost_weight, bool)
-            or not isinstance(cost_weight, numbers.Real)
-            or not 0 <= cost_weight < np.inf
-        ):
-            raise ValueError(
-                f"cost_weight={cost_weight!r} must be a finite number of at least 0"
-            )
-        elif cost_weight and self.cost_ is None:
-            raise ValueError(
-                f"cost_weight={cost_weight!r} needs costs, but the router was "
-                "fitted without them"
-            )
+        cost_weight, min_probability = self._policy(cost_weight, min_probability)
         excluded = self._select(exclude, "exclude")
         available = int((~excluded).sum())
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
@@ -694,8 +774,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ranked = np.empty((len(queries), k), dtype=np.int64)
         probabilities = np.empty((len(queries), k), dtype=np.float32)
         for start, chunk in self._chunks(queries, query_groups):
-            utility = self._utility(chunk, cost_weight).astype(np.float64)
-            utility[:, excluded] = -np.inf
+            # An excluded model neither qualifies for a threshold nor is chosen.
+            routable = np.where(excluded, -np.inf, chunk.astype(np.float64))
+            utility = self._utility(routable, cost_weight, min_probability)
             # The first is best_models' choice (near-ties to the model listed
             # first in classes_): lift it above the rest before sorting.
             first = best_models(utility.T)

@@ -115,3 +115,45 @@ def cost_utilities(probabilities, cost, cost_weight):
     largest = cost.max()
     normalised = cost / largest if largest > 0 else cost
     return probabilities - cost_weight * normalised
+
+
+def threshold_utilities(probabilities, cost, min_probability):
+    """Return utilities that route to the cheapest model likely enough to answer.
+
+    The policy: among the models whose probability of a correct answer is at
+    least ``min_probability``, the cheapest (the likeliest of those that cost
+    the same); when no model is, the likeliest. The utilities encode the whole
+    order, so that sorting by them ranks the models as the policy prefers them:
+    the models that qualify, by cost and then probability, above the others, by
+    probability. :func:`best_models` of the result is the policy's choice, its
+    near-tie rule applying among the first models alike.
+
+    Parameters
+    ----------
+    probabilities : ndarray of shape (n_models, n_queries)
+    cost : ndarray of shape (n_models, n_queries)
+        Checked costs (:func:`check_cost_matrix`).
+    min_probability : float
+        In [0, 1].
+
+    Returns
+    -------
+    ndarray of shape (n_models, n_queries), float64
+        Utilities above 1 for models that qualify, the probability for the others;
+        the first choice's near-ties keep their probabilities' differences.
+    """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    qualifies = probabilities >= min_probability
+    # Rank the qualifying models of each query by cost, then probability.
+    keys = np.where(qualifies, cost, np.inf)
+    order = np.lexsort((-probabilities, keys), axis=0)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(len(order))[:, None], axis=0)
+    n_models = len(probabilities)
+    # Each qualifying model sits in a band of width 1 above 2, below the band of
+    # the model ranked before it; the cheapest's band holds its probability, so
+    # that best_models sees near-ties among equally cheap models as ties.
+    utilities = np.where(qualifies, 2.0 + (n_models - rank), probabilities)
+    cheapest = qualifies & (keys == keys.min(axis=0, keepdims=True))
+    top = 2.0 + n_models
+    return np.where(cheapest, top + probabilities, utilities)

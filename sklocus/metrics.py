@@ -17,8 +17,14 @@ from sklocus._cost_quality import (
     quality_at_cost,
     quality_cost_frontier,
 )
+
 # TIE_TOLERANCE, which best_models' documentation names, stays importable here.
-from sklocus._routing import TIE_TOLERANCE, best_models, cost_utilities  # noqa: F401
+from sklocus._routing import (  # noqa: F401
+    TIE_TOLERANCE,
+    best_models,
+    cost_utilities,
+    threshold_utilities,
+)
 
 __all__ = [
     "aiq",
@@ -36,6 +42,7 @@ __all__ = [
     "quality_cost_frontier",
     "reliability_curve",
     "routing_accuracy",
+    "threshold_utilities",
 ]
 
 

@@ -174,3 +174,21 @@ def test_calibration_measures_name_bad_settings(pool):
         expected_calibration_error(scores, probabilities, strategy="equal")
     with pytest.raises(ValueError, match="no score is observed"):
         expected_calibration_error(np.full((2, 2), np.nan), np.zeros((2, 2)))
+
+
+def test_the_threshold_curve_runs_from_the_cheapest_model_to_the_likeliest(pool):
+    scores, probabilities, cost = pool
+    costs, qualities, thresholds = cost_quality_curve(
+        scores, probabilities, cost, min_probabilities=[0.0, 0.5, 0.9, 1.0]
+    )
+    np.testing.assert_array_equal(thresholds, [0.0, 0.5, 0.9, 1.0])
+    # 0: every model qualifies, the cheapest wins; 1: none does, the likeliest.
+    assert costs[0] == cost.min()
+    assert qualities[-1] == routing_accuracy(scores, probabilities)
+    assert (np.diff(costs) >= -1e-12).all()  # a higher bar never costs less
+    with pytest.raises(ValueError, match=r"min_probabilities are \[1.5\]"):
+        cost_quality_curve(scores, probabilities, cost, min_probabilities=[1.5])
+    with pytest.raises(ValueError, match="not both"):
+        cost_quality_curve(
+            scores, probabilities, cost, cost_weights=[0], min_probabilities=[0]
+        )

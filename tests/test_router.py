@@ -536,3 +536,67 @@ def test_fit_evaluations_numbers_unnamed_models_and_names_bad_input(router, prob
     with pytest.raises(ValueError, match="set 2 .*'c'.* is empty"):
         LocusRouter(frozen).fit_evaluations(sets[:2] + [{}] + sets[3:], list("abcd"))
     assert sets[0] == _train_sets(data, train)[0]  # nothing the user gave changed
+
+
+def test_a_threshold_routes_to_the_cheapest_model_likely_enough(router, problem):
+    _, _, _, test, _ = problem
+    p = router.predict_correctness(test)
+    cost = router.cost_
+    for threshold in (0.0, 0.5, 0.7, 0.9, 1.0):
+        chosen = router.predict(test, min_probability=threshold)
+        for row, model in enumerate(chosen):
+            j = list(router.classes_).index(model)
+            qualifying = np.flatnonzero(p[row] >= threshold)
+            if len(qualifying):
+                assert p[row, j] >= threshold
+                assert cost[j] == cost[qualifying].min()
+            else:
+                assert p[row, j] >= p[row].max() - 1e-6
+    # The ranking lists the qualifying models by cost, then the others by P.
+    models, listed = router.rank_models(test[:20], k=len(cost), min_probability=0.6)
+    for names, probabilities in zip(models, listed):
+        rows = [list(router.classes_).index(name) for name in names]
+        ok = probabilities >= 0.6
+        assert not (~ok[:-1] & ok[1:]).any()  # no qualifying model after another
+        assert (np.diff(cost[rows][ok]) >= 0).all()
+        assert (np.diff(probabilities[~ok]) <= 1e-6).all()
+
+
+def test_a_threshold_set_on_the_router_and_per_call_agree(router, problem):
+    data, train, Y, test, _ = problem
+    frozen = FrozenEstimator(router.embedder_)
+    thresholded = LocusRouter(frozen, min_probability=0.7).fit(
+        train, Y, cost=data.params_b
+    )
+    expected = router.predict(test, min_probability=0.7)
+    np.testing.assert_array_equal(thresholded.predict(test), expected)
+    # A call's own policy replaces the router's.
+    np.testing.assert_array_equal(
+        thresholded.predict(test, cost_weight=0.0), router.predict(test)
+    )
+    # An unavailable cheapest model gives way to the next that qualifies.
+    busiest = pd.Series(expected).value_counts().index[0]
+    moved = thresholded.predict(test, exclude=[busiest])
+    assert busiest not in set(moved)
+    assert (moved[expected != busiest] == expected[expected != busiest]).all()
+
+
+def test_bad_thresholds_are_named(router, problem):
+    data, train, Y, test, _ = problem
+    frozen = FrozenEstimator(router.embedder_)
+    with pytest.raises(ValueError, match="not both; set cost_weight=0"):
+        LocusRouter(frozen, cost_weight=0.1, min_probability=0.5).fit(
+            train, Y, cost=data.params_b
+        )
+    with pytest.raises(ValueError, match="which needs costs: give cost"):
+        LocusRouter(frozen, min_probability=0.5).fit(train, Y)
+    with pytest.raises(ValueError, match="min_probability"):
+        LocusRouter(frozen, min_probability=1.5).fit(train, Y, cost=data.params_b)
+    with pytest.raises(ValueError, match="give one policy per call"):
+        router.predict(test, cost_weight=0.1, min_probability=0.5)
+    for bad in (-0.1, 1.1, float("nan"), True, "0.5"):
+        with pytest.raises(ValueError, match=r"min_probability=.* must be in \[0, 1\]"):
+            router.rank_models(test, min_probability=bad)
+    without_costs = LocusRouter(frozen, refine_steps=0).fit(train, Y)
+    with pytest.raises(ValueError, match="which needs costs"):
+        without_costs.predict(test, min_probability=0.5)
