@@ -157,6 +157,36 @@ def test_route_writes_the_choice_and_the_k_best(workspace):
     assert ((p > 0) & (p < 1)).all()
 
 
+def test_route_with_a_threshold_picks_what_the_library_picks(workspace, capsys):
+    folder, data, *_ = workspace
+    succeeded(
+        in_process(
+            "route",
+            "model.sklocus",
+            "evals.csv",
+            "queries.csv",
+            "-o",
+            "cheap.csv",
+            "--cost-column",
+            "params",
+            "--min-probability",
+            "0.6",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    routes = pd.read_csv(folder / "cheap.csv")
+    embedder = load_model_file(folder / "model.sklocus")
+    router = LocusRouter(FrozenEstimator(embedder), min_probability=0.6)
+    router.fit_evaluations(data.evaluation_sets, data.model_names, cost=data.params_b)
+    expected = router.predict(data.query_ids[:25])
+    assert routes["model"].tolist() == expected.tolist()
+    assert (
+        routes["model"].tolist()
+        != router.predict(data.query_ids[:25], cost_weight=0.0).tolist()
+    )
+
+
 def test_route_reads_a_text_file_of_queries(workspace, capsys):
     folder, data, *_ = workspace
     (folder / "few.txt").write_text("\n".join(data.query_ids[5:8]) + "\n")
@@ -674,7 +704,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
                 "--cost-weight",
                 "0.5",
             ],
-            "--cost-column and --cost-weight go together",
+            "--cost-column goes with --cost-weight or --min-probability",
         ),
         (
             [
@@ -690,6 +720,38 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
                 "-1",
             ],
             "argument --cost-weight: -1 is not a finite number of at least 0",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "queries.csv",
+                "-o",
+                "r.csv",
+                "--cost-column",
+                "params",
+                "--min-probability",
+                "1.5",
+            ],
+            "argument --min-probability: 1.5 is not a probability in [0, 1]",
+        ),
+        (
+            [
+                "route",
+                "model.sklocus",
+                "evals.csv",
+                "queries.csv",
+                "-o",
+                "r.csv",
+                "--cost-column",
+                "params",
+                "--cost-weight",
+                "0.1",
+                "--min-probability",
+                "0.5",
+            ],
+            "argument --min-probability: not allowed with argument --cost-weight",
         ),
         (
             [

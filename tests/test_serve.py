@@ -118,6 +118,22 @@ def test_route_takes_exclusions_and_a_cost_weight(client, pool):
     assert all(len(r["top"]) == 3 for r in routes)  # up to 3 by default
 
 
+def test_route_takes_a_threshold(client, pool):
+    data, _, router = pool
+    queries = data.query_ids[:20]
+    body = {"queries": queries, "min_probability": 0.6, "k": 2}
+    routes = client.post("/route", json=body).json()["routes"]
+    expected, _ = router.rank_models(queries, k=2, min_probability=0.6)
+    assert [[c["model"] for c in r["top"]] for r in routes] == expected.tolist()
+    both = client.post(
+        "/route", json={"queries": queries, "min_probability": 0.6, "cost_weight": 0}
+    )
+    assert both.status_code == 422
+    assert _errors(both) == [
+        (("body", "min_probability"), "give cost_weight or min_probability, not both")
+    ]
+
+
 def test_predict_gives_p_correct_per_query_and_model(client, pool):
     data, _, router = pool
     names = data.model_names[3:6]
@@ -216,6 +232,13 @@ def test_onboarding_and_removal_change_only_the_pool(pool):
             422,
             ("body", "cost_weight"),
             "greater than or equal to 0",
+        ),
+        (
+            "/route",
+            {"queries": ["q00001"], "min_probability": 1.5},
+            422,
+            ("body", "min_probability"),
+            "less than or equal to 1",
         ),
         (
             "/predict",

@@ -73,6 +73,19 @@ positive_number = number_from(0, inclusive=False)
 non_negative_number = number_from(0, inclusive=True)
 
 
+def probability(text):
+    """Argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number; expected a probability in [0, 1]"
+        ) from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a probability in [0, 1]")
+    return value
+
+
 def add_table_options(parser):
     """Options that say how to read a long table of evaluations."""
     group = parser.add_argument_group(

@@ -205,13 +205,19 @@ def run_embed(arguments):
     return 0
 
 
-def build_router(embedder, evaluations, cost_weight=0.0, groups=None):
+def build_router(
+    embedder, evaluations, cost_weight=0.0, groups=None, min_probability=None
+):
     """Build a router over the pool of ``evaluations`` with a trained embedder.
 
     ``groups`` maps a query of the pool to its group (``LocusRouter``'s
     ``query_groups``); a query it lacks has none.
     """
-    router = LocusRouter(FrozenEstimator(embedder), cost_weight=cost_weight)
+    router = LocusRouter(
+        FrozenEstimator(embedder),
+        cost_weight=cost_weight,
+        min_probability=min_probability,
+    )
     return router.fit_evaluations(
         evaluations.sets,
         evaluations.model_names,
@@ -276,10 +282,11 @@ def run_embed_streaming(arguments):
 
 def run_route(arguments):
     """Route each query to a model of the pool."""
-    if (arguments.cost_column is None) != (arguments.cost_weight is None):
+    policy = arguments.cost_weight is not None or arguments.min_probability is not None
+    if (arguments.cost_column is None) == policy:
         raise UserError(
-            "--cost-column and --cost-weight go together: the costs, and how much "
-            "probability to trade for them"
+            "--cost-column goes with --cost-weight or --min-probability: the costs, "
+            "and how to route by them"
         )
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
@@ -297,7 +304,11 @@ def run_route(arguments):
         )
     with encoding_cache(embedder, arguments):
         router = build_router(
-            embedder, evaluations, arguments.cost_weight or 0.0, pool_groups
+            embedder,
+            evaluations,
+            arguments.cost_weight or 0.0,
+            pool_groups,
+            arguments.min_probability,
         )
         models, probabilities = router.rank_models(
             queries,

@@ -19,6 +19,7 @@ from sklocus.cli._common import (
     integer_in,
     non_negative_number,
     positive_number,
+    probability,
 )
 
 DESCRIPTION = (
@@ -189,12 +190,20 @@ def _add_model_commands(commands):
         help="each query's benchmark, subject or category, a column of EVALS and "
         "of QUERIES: the router corrects each model's predictions per group",
     )
-    choice.add_argument(
+    policy = choice.add_mutually_exclusive_group()
+    policy.add_argument(
         "--cost-weight",
         type=non_negative_number,
         metavar="W",
         help="probability traded against the most expensive model's cost "
         "(with --cost-column)",
+    )
+    policy.add_argument(
+        "--min-probability",
+        type=probability,
+        metavar="P",
+        help="route to the cheapest model whose probability of a correct answer "
+        "is at least P, or to the likeliest when none is (with --cost-column)",
     )
     route.set_defaults(run="_models:run_route")
 
@@ -410,13 +419,22 @@ def _add_serve_command(commands):
         "EVALS, read as text: the router corrects each model's predictions per "
         "group, and requests may give query_groups",
     )
-    server.add_argument(
+    policy = server.add_mutually_exclusive_group()
+    policy.add_argument(
         "--cost-weight",
         type=non_negative_number,
         default=0.0,
         metavar="W",
         help="with EVALS: the router's weight of cost (default: 0; a request can "
         "give its own)",
+    )
+    policy.add_argument(
+        "--min-probability",
+        type=probability,
+        metavar="P",
+        help="with EVALS and --cost-column: route to the cheapest model whose "
+        "probability of a correct answer is at least P (a request can give its "
+        "own policy)",
     )
     server.add_argument(
         "--max-batch",

@@ -89,6 +89,15 @@ class RouteRequest(_Strict):
         allow_inf_nan=False,
         description="weight of cost for this request; the router's by default",
     )
+    min_probability: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="route to the cheapest model whose probability of a correct "
+        "answer is at least this, or to the likeliest when none is; not with "
+        "cost_weight",
+    )
     k: int | None = Field(
         default=None, ge=1, description="models listed per query (default up to 3)"
     )
@@ -424,6 +433,7 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
             body.queries,
             exclude=body.exclude,
             cost_weight=body.cost_weight,
+            min_probability=body.min_probability,
             k=body.k,
             query_groups=body.query_groups,
         )

@@ -326,7 +326,14 @@ class RouterService:
     # -- reading ----------------------------------------------------------------
 
     def route(
-        self, queries, *, exclude=None, cost_weight=None, k=None, query_groups=None
+        self,
+        queries,
+        *,
+        exclude=None,
+        cost_weight=None,
+        min_probability=None,
+        k=None,
+        query_groups=None,
     ):
         """List the best models for each query, best first.
 
@@ -337,7 +344,11 @@ class RouterService:
         exclude : list of str, default=None
             Models not to route to.
         cost_weight : float, default=None
-            Weight of cost for this request; ``None`` uses the router's.
+            Weight of cost for this request; ``None`` uses the router's policy.
+        min_probability : float, default=None
+            A threshold for this request: the cheapest model whose probability
+            reaches it (:meth:`~sklocus.LocusRouter.rank_models`); not with
+            ``cost_weight``.
         k : int, default=None
             Models listed per query; ``None`` lists up to 3.
         query_groups : list of str or None, default=None
@@ -375,6 +386,23 @@ class RouterService:
                 )
             if cost_weight and router.cost_ is None:
                 raise RequestError(("cost_weight",), "the router has no costs to weigh")
+        if min_probability is not None:
+            if cost_weight is not None:
+                raise RequestError(
+                    ("min_probability",),
+                    "give cost_weight or min_probability, not both",
+                )
+            if not 0 <= min_probability <= 1:
+                raise RequestError(
+                    ("min_probability",),
+                    f"min_probability={min_probability}; expected a number in [0, 1]",
+                )
+            if router.cost_ is None:
+                raise RequestError(
+                    ("min_probability",),
+                    "the router has no costs: a threshold routes to the cheapest "
+                    "model that reaches it",
+                )
         try:
             models, probabilities = router_thread.call(
                 router.rank_models,
@@ -382,6 +410,7 @@ class RouterService:
                 k=k,
                 exclude=exclude or None,
                 cost_weight=cost_weight,
+                min_probability=min_probability,
                 query_groups=query_groups,
             )
         except (ValueError, TypeError, KeyError) as error:
