@@ -84,6 +84,12 @@ class Pool:
         self.train_ids = [q for q in data.queries["query_id"] if split[q] == "train"]
         self.test_ids = [q for q in data.queries["query_id"] if split[q] == "test"]
         sets = [data.evaluation_sets[i] for i in models]
+        self.model_names = [data.model_names[i] for i in models]
+        self.params_b = (
+            data.models.set_index("model")["params_b"]
+            .reindex(self.model_names)
+            .to_numpy(dtype=np.float64)
+        )
         self.train_sets = [{q: s[q] for q in self.train_ids if q in s} for s in sets]
         self.train, _ = to_matrix(sets, queries=self.train_ids)
         self.test, _ = to_matrix(sets, queries=self.test_ids)
