@@ -13,6 +13,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted
 
+from sklocus._budget import held_out_curve, weight_within
 from sklocus._calibration import (
     apply_calibration,
     fit_calibration,
@@ -167,18 +168,26 @@ def _check_number(value, name, *, high):
         raise ValueError(f"{name}={value!r} must be {bound}")
 
 
-def _check_policy(cost_weight, min_probability, cost):
-    """Refuse a threshold without costs, or beside a weight of cost."""
+def _check_policy(cost_weight, min_probability, budget, cost):
+    """Refuse a threshold or a budget without costs, or beside another policy."""
+    given = {}
     if cost_weight:
+        given["cost_weight"] = cost_weight
+    if min_probability is not None:
+        given["min_probability"] = min_probability
+    if budget is not None:
+        given["budget"] = budget
+    if len(given) > 1:
+        settings = " and ".join(f"{name}={value!r}" for name, value in given.items())
         raise ValueError(
-            f"cost_weight={cost_weight!r} and min_probability={min_probability!r}: "
-            "a router routes by a weight of cost or by a threshold, not both; set "
-            "cost_weight=0"
+            f"{settings}: a router routes by one policy (a weight of cost, a "
+            "threshold or a budget); leave the others at their defaults"
         )
     if cost is None:
+        name, value = next(iter(given.items()))
         raise ValueError(
-            f"min_probability={min_probability!r} routes to the cheapest model that "
-            "reaches it, which needs costs: give cost"
+            f"{name}={value!r} routes by the models' costs, which the router does "
+            "not have: give cost"
         )
 
 
@@ -233,6 +242,14 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         Route by a threshold instead (:ref:`routing_on_a_budget`): to the cheapest
         model whose probability of a correct answer is at least this, or to the
         likeliest model when none is. Needs costs, and ``cost_weight=0``.
+    budget : float or None, default=None
+        Route within a mean cost per query instead (:ref:`routing_on_a_budget`):
+        ``fit`` chooses the weight of cost whose routes gave the best quality at a
+        mean cost of at most this on held-out evaluations of the pool
+        (``budget_cost_weight_``), and warns when none kept within it. Needs
+        costs, ``cost_weight=0`` and no ``min_probability``; costs two more
+        embeddings of each model at ``fit``. The weight is kept when models are
+        added or removed.
     refine_steps : int or None, default=50
         Steps of test-time refinement of the pool's embeddings (the embedder's
         ``refine_steps``, used in place of its own setting when the embedder is a
@@ -284,6 +301,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         The pool's offset, with which a new model's offset starts.
     model_offsets_ : ndarray of shape (n_models,), float32, or None
         Each model's calibrated offset.
+    budget_curve_ : ndarray of shape (3, n_weights) or None
+        With ``budget``: the weights of cost considered, and the mean cost and
+        quality of each on held-out evaluations (:mod:`sklocus._budget`). A
+        call's ``budget=`` chooses from it again.
+    budget_cost_weight_ : float or None
+        With ``budget``: the weight of cost the router routes by.
 
     Examples
     --------
@@ -307,6 +330,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         "embedder": [HasMethods(["fit", "transform"]), None],
         "cost_weight": [Interval(numbers.Real, 0, None, closed="left")],
         "min_probability": [Interval(numbers.Real, 0, 1, closed="both"), None],
+        "budget": [Interval(numbers.Real, 0, None, closed="left"), None],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
         "calibrate": ["boolean"],
@@ -320,10 +344,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         group_shrinkage=3.0,
         calibrate=False,
         min_probability=None,
+        budget=None,
     ):
         self.embedder = embedder
         self.cost_weight = cost_weight
         self.min_probability = min_probability
+        self.budget = budget
         self.refine_steps = refine_steps
         self.group_shrinkage = group_shrinkage
         self.calibrate = calibrate
@@ -441,8 +467,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ``scores`` is ``(n_queries, n_models)`` with NaN where unobserved; only
         calibration and query groups read it.
         """
-        if self.min_probability is not None:
-            _check_policy(self.cost_weight, self.min_probability, cost)
+        if self.min_probability is not None or self.budget is not None:
+            _check_policy(self.cost_weight, self.min_probability, self.budget, cost)
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
             warnings.warn(
@@ -467,6 +493,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 self.calibration_intercept_,
                 self.model_offsets_,
             ) = fit_calibration(*held, levels)
+        self.budget_curve_ = self.budget_cost_weight_ = None
+        if self.budget is not None:
+            self._choose_budget_weight(evaluation_sets, cost)
         self.groups_ = self.group_offsets_ = None
         if query_groups is not None:
             queries, scores = table
@@ -474,6 +503,36 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 self.embeddings_, self.model_offsets_, queries, scores, query_groups
             )
         return self
+
+    def _choose_budget_weight(self, evaluation_sets, cost):
+        """Set ``budget_curve_`` and ``budget_cost_weight_``, as ``budget`` says."""
+
+        def probabilities(embeddings, queries):
+            chunks = [
+                self._base_probabilities(
+                    embeddings, self.model_offsets_, queries[i : i + _QUERY_CHUNK]
+                )
+                for i in range(0, len(queries), _QUERY_CHUNK)
+            ]
+            return np.concatenate(chunks).T
+
+        self.budget_curve_ = held_out_curve(
+            check_evaluation_sets(evaluation_sets),
+            self.embeddings_,
+            self._embed,
+            probabilities,
+            cost,
+        )
+        self.budget_cost_weight_, met = weight_within(self.budget_curve_, self.budget)
+        if not met:
+            warnings.warn(
+                f"no weight of cost kept the mean cost per query within "
+                f"budget={self.budget!r} on held-out evaluations (the least was "
+                f"{self.budget_curve_[1].min():.6g}); the router routes by the "
+                f"largest weight tried, {self.budget_cost_weight_:g}",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _embed(self, evaluation_sets):
         """Embeddings of the pool's models, refined as ``refine_steps`` says."""
@@ -626,17 +685,33 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             raise ValueError(f"cannot {verb} every model; leave at least one")
         return mask
 
-    def _policy(self, cost_weight, min_probability):
+    def _policy(self, cost_weight, min_probability, budget=None):
         """Return the routing policy of a call: ``(cost_weight, min_probability)``.
 
         A call's own setting replaces the router's policy; unset, the router's
-        holds.
+        holds. A budget routes by the weight it chooses from ``budget_curve_``.
         """
-        if cost_weight is not None and min_probability is not None:
-            raise ValueError(
-                f"cost_weight={cost_weight!r} and min_probability="
-                f"{min_probability!r}: give one policy per call, not both"
+        given = [
+            f"{name}={value!r}"
+            for name, value in (
+                ("cost_weight", cost_weight),
+                ("min_probability", min_probability),
+                ("budget", budget),
             )
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: give one policy per call")
+        if budget is not None:
+            _check_number(budget, "budget", high=np.inf)
+            if self.budget_curve_ is None:
+                raise ValueError(
+                    f"budget={budget!r}: a call chooses its weight of cost from the "
+                    "held-out curve of a router fitted with a budget, and this one "
+                    "was fitted without"
+                )
+            weight, _ = weight_within(self.budget_curve_, budget)
+            return weight, None
         if cost_weight is not None:
             _check_number(cost_weight, "cost_weight", high=np.inf)
             if cost_weight and self.cost_ is None:
@@ -647,8 +722,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             return cost_weight, None
         if min_probability is not None:
             _check_number(min_probability, "min_probability", high=1)
-            _check_policy(0, min_probability, self.cost_)
+            _check_policy(0, min_probability, None, self.cost_)
             return 0, min_probability
+        if self.budget_cost_weight_ is not None:
+            return self.budget_cost_weight_, None
         return self.cost_weight, self.min_probability
 
     def _utility(self, probabilities, cost_weight, min_probability=None):
@@ -668,6 +745,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         *,
         cost_weight=None,
         min_probability=None,
+        budget=None,
     ):
         """Choose a model for each query.
 
@@ -679,7 +757,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             Models that are unavailable; each query goes to the best of the others.
         query_groups : array-like of shape (n_queries,), default=None
             The queries' groups (see :meth:`predict_correctness`).
-        cost_weight, min_probability : float, default=None
+        cost_weight, min_probability, budget : float, default=None
             The policy of this call only (see :meth:`rank_models`).
 
         Returns
@@ -695,6 +773,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             exclude=exclude,
             cost_weight=cost_weight,
             min_probability=min_probability,
+            budget=budget,
             query_groups=query_groups,
         )
         return models[:, 0]
@@ -707,6 +786,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         *,
         cost_weight=None,
         min_probability=None,
+        budget=None,
         query_groups=None,
     ):
         """List the ``k`` best models for each query, best first, with probabilities.
@@ -730,7 +810,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             way, without changing the shared estimator.
         min_probability : float in [0, 1], default=None
             A threshold for this call only, in place of the router's policy (see
-            the router's ``min_probability``); not with ``cost_weight``.
+            the router's ``min_probability``).
+        budget : float, default=None
+            A mean cost per query for this call only, in place of the router's
+            policy: the weight of cost is chosen from ``budget_curve_``, so the
+            router must have been fitted with a ``budget``. One of
+            ``cost_weight``, ``min_probability`` and ``budget`` per call.
         query_groups : array-like of shape (n_queries,), default=None
             The queries' groups (see :meth:`predict_correctness`).
 
@@ -761,7 +846,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         ((2, 2), (2, 2))
         """
         check_is_fitted(self, "embeddings_")
-        cost_weight, min_probability = self._policy(cost_weight, min_probability)
+        cost_weight, min_probability = self._policy(
+            cost_weight, min_probability, budget
+        )
         excluded = self._select(exclude, "exclude")
         available = int((~excluded).sum())
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:

@@ -32,7 +32,15 @@ LAYERS = [
         "_cost_quality",
     ],
     # Data, query encoders, the torch network and the pure numerics of routing.
-    ["evaluations", "encoders", "nn", "_groups", "_calibration", "geometry"],
+    [
+        "evaluations",
+        "encoders",
+        "nn",
+        "_groups",
+        "_calibration",
+        "_budget",
+        "geometry",
+    ],
     # The estimators of models and the ways to feed them.
     ["_embedder", "_selection", "_streaming", "dask", "datasets"],
     ["_router"],

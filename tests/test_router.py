@@ -584,11 +584,11 @@ def test_a_threshold_set_on_the_router_and_per_call_agree(router, problem):
 def test_bad_thresholds_are_named(router, problem):
     data, train, Y, test, _ = problem
     frozen = FrozenEstimator(router.embedder_)
-    with pytest.raises(ValueError, match="not both; set cost_weight=0"):
+    with pytest.raises(ValueError, match="routes by one policy"):
         LocusRouter(frozen, cost_weight=0.1, min_probability=0.5).fit(
             train, Y, cost=data.params_b
         )
-    with pytest.raises(ValueError, match="which needs costs: give cost"):
+    with pytest.raises(ValueError, match="which the router does not have: give cost"):
         LocusRouter(frozen, min_probability=0.5).fit(train, Y)
     with pytest.raises(ValueError, match="min_probability"):
         LocusRouter(frozen, min_probability=1.5).fit(train, Y, cost=data.params_b)
@@ -598,5 +598,74 @@ def test_bad_thresholds_are_named(router, problem):
         with pytest.raises(ValueError, match=r"min_probability=.* must be in \[0, 1\]"):
             router.rank_models(test, min_probability=bad)
     without_costs = LocusRouter(frozen, refine_steps=0).fit(train, Y)
-    with pytest.raises(ValueError, match="which needs costs"):
+    with pytest.raises(ValueError, match="which the router does not have"):
         without_costs.predict(test, min_probability=0.5)
+
+
+@pytest.fixture(scope="module")
+def budgeted(router, problem):
+    data, train, Y, *_ = problem
+    frozen = FrozenEstimator(router.embedder_)
+    cheapest, dearest = data.params_b.min(), data.params_b.max()
+    budget = cheapest + 0.3 * (dearest - cheapest)
+    return LocusRouter(frozen, budget=budget).fit(train, Y, cost=data.params_b)
+
+
+def test_a_budget_routes_by_the_best_weight_within_it(budgeted, router, problem):
+    data, _, _, test, Y_test = problem
+    weights, costs, qualities = budgeted.budget_curve_
+    assert weights[0] == 0 and len(weights) == 62 and np.isfinite(weights).all()
+    within = costs <= budgeted.budget
+    chosen = budgeted.budget_cost_weight_
+    assert costs[weights == chosen][0] <= budgeted.budget
+    assert qualities[weights == chosen][0] == qualities[within].max()
+    # It routes as that weight of cost does, and a call may ask another budget.
+    np.testing.assert_array_equal(
+        budgeted.predict(test), router.predict(test, cost_weight=chosen)
+    )
+    generous = budgeted.predict(test, budget=data.params_b.max())
+    np.testing.assert_array_equal(
+        generous,
+        router.predict(test, cost_weight=float(weights[np.argmax(qualities)])),
+    )
+    # On the test queries the routes keep near the budget: the held-out curve
+    # predicted their mean cost.
+    spent = pd.Series(data.params_b, index=data.model_names)[budgeted.predict(test)]
+    assert spent.mean() <= 1.25 * budgeted.budget
+
+
+def test_an_unreachable_budget_warns_and_routes_cheaply(router, problem):
+    data, train, Y, *_ = problem
+    frozen = FrozenEstimator(router.embedder_)
+    with pytest.warns(UserWarning, match="no weight of cost kept the mean cost"):
+        tight = LocusRouter(frozen, budget=0.0).fit(train, Y, cost=data.params_b)
+    assert tight.budget_cost_weight_ == tight.budget_curve_[0].max()
+
+
+def test_bad_budgets_are_named(budgeted, router, problem):
+    data, train, Y, test, _ = problem
+    frozen = FrozenEstimator(router.embedder_)
+    with pytest.raises(ValueError, match="routes by one policy"):
+        LocusRouter(frozen, min_probability=0.5, budget=3.0).fit(
+            train, Y, cost=data.params_b
+        )
+    with pytest.raises(ValueError, match="budget=3.0 routes by the models' costs"):
+        LocusRouter(frozen, budget=3.0).fit(train, Y)
+    with pytest.raises(ValueError, match="fitted without"):
+        router.predict(test, budget=3.0)
+    with pytest.raises(ValueError, match="give one policy per call"):
+        budgeted.predict(test, budget=3.0, cost_weight=0.1)
+    with pytest.raises(ValueError, match=r"budget=-1 must be a finite number"):
+        budgeted.predict(test, budget=-1)
+
+
+def test_a_budgeted_router_file_keeps_its_choice(budgeted, problem, tmp_path):
+    import sklocus
+
+    _, _, _, test, _ = problem
+    path = tmp_path / "budgeted.sklocus"
+    sklocus.save(budgeted, path)
+    loaded = sklocus.load(path)
+    assert loaded.budget_cost_weight_ == budgeted.budget_cost_weight_
+    np.testing.assert_array_equal(loaded.budget_curve_, budgeted.budget_curve_)
+    np.testing.assert_array_equal(loaded.predict(test), budgeted.predict(test))

@@ -70,6 +70,8 @@ FITTED = {
         "calibration_slope_": (float, NONE),
         "calibration_intercept_": (float, NONE),
         "model_offsets_": (Array("f", 1), NONE),
+        "budget_curve_": (FLOATS_2D, NONE),
+        "budget_cost_weight_": (float, NONE),
     },
     KCenterSelector: {**_SELECTED, "radius_": float},
     KMedoidsSelector: {**_SELECTED, "inertia_": float, "n_iter_": int},
@@ -165,6 +167,14 @@ def inconsistency(estimator):
             for name in ("calibration_slope_", "calibration_intercept_"):
                 if not np.isfinite(getattr(estimator, name)):
                     return f"{name} is {getattr(estimator, name)}; a fit gives a number"
+        if (estimator.budget_curve_ is None) != (estimator.budget_cost_weight_ is None):
+            return "budget_curve_ and budget_cost_weight_ are not given together"
+        if estimator.budget_curve_ is not None:
+            curve = estimator.budget_curve_
+            if curve.shape[0] != 3 or not np.isfinite(curve).all():
+                return "budget_curve_ is not 3 rows of finite numbers"
+            if not 0 <= estimator.budget_cost_weight_ < np.inf:
+                return f"budget_cost_weight_ is {estimator.budget_cost_weight_}"
     elif isinstance(
         estimator, KCenterSelector | KMedoidsSelector | CoverageGreedySelector
     ):
