@@ -187,6 +187,32 @@ def test_route_with_a_threshold_picks_what_the_library_picks(workspace, capsys):
     )
 
 
+def test_route_within_a_budget_picks_what_the_library_picks(workspace, capsys):
+    folder, data, *_ = workspace
+    budget = float(np.median(data.params_b))
+    succeeded(
+        in_process(
+            "route",
+            "model.sklocus",
+            "evals.csv",
+            "queries.csv",
+            "-o",
+            "budget.csv",
+            "--cost-column",
+            "params",
+            "--budget",
+            str(budget),
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    routes = pd.read_csv(folder / "budget.csv")
+    embedder = load_model_file(folder / "model.sklocus")
+    router = LocusRouter(FrozenEstimator(embedder), budget=budget)
+    router.fit_evaluations(data.evaluation_sets, data.model_names, cost=data.params_b)
+    assert routes["model"].tolist() == router.predict(data.query_ids[:25]).tolist()
+
+
 def test_route_reads_a_text_file_of_queries(workspace, capsys):
     folder, data, *_ = workspace
     (folder / "few.txt").write_text("\n".join(data.query_ids[5:8]) + "\n")
@@ -704,7 +730,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
                 "--cost-weight",
                 "0.5",
             ],
-            "--cost-column goes with --cost-weight or --min-probability",
+            "--cost-column goes with --cost-weight, --min-probability or --budget",
         ),
         (
             [

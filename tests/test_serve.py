@@ -129,8 +129,15 @@ def test_route_takes_a_threshold(client, pool):
         "/route", json={"queries": queries, "min_probability": 0.6, "cost_weight": 0}
     )
     assert both.status_code == 422
+    unbudgeted = client.post("/route", json={"queries": queries, "budget": 3})
+    assert unbudgeted.status_code == 422
+    assert _errors(unbudgeted)[0][0] == ("body", "budget")
+    assert "fitted without a budget" in _errors(unbudgeted)[0][1]
     assert _errors(both) == [
-        (("body", "min_probability"), "give cost_weight or min_probability, not both")
+        (
+            ("body", "min_probability"),
+            "give one policy per request, not cost_weight and min_probability",
+        )
     ]
 
 

@@ -206,7 +206,12 @@ def run_embed(arguments):
 
 
 def build_router(
-    embedder, evaluations, cost_weight=0.0, groups=None, min_probability=None
+    embedder,
+    evaluations,
+    cost_weight=0.0,
+    groups=None,
+    min_probability=None,
+    budget=None,
 ):
     """Build a router over the pool of ``evaluations`` with a trained embedder.
 
@@ -217,6 +222,7 @@ def build_router(
         FrozenEstimator(embedder),
         cost_weight=cost_weight,
         min_probability=min_probability,
+        budget=budget,
     )
     return router.fit_evaluations(
         evaluations.sets,
@@ -282,11 +288,18 @@ def run_embed_streaming(arguments):
 
 def run_route(arguments):
     """Route each query to a model of the pool."""
-    policy = arguments.cost_weight is not None or arguments.min_probability is not None
+    policy = any(
+        setting is not None
+        for setting in (
+            arguments.cost_weight,
+            arguments.min_probability,
+            arguments.budget,
+        )
+    )
     if (arguments.cost_column is None) == policy:
         raise UserError(
-            "--cost-column goes with --cost-weight or --min-probability: the costs, "
-            "and how to route by them"
+            "--cost-column goes with --cost-weight, --min-probability or --budget: "
+            "the costs, and how to route by them"
         )
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
@@ -309,6 +322,7 @@ def run_route(arguments):
             arguments.cost_weight or 0.0,
             pool_groups,
             arguments.min_probability,
+            arguments.budget,
         )
         models, probabilities = router.rank_models(
             queries,

@@ -205,6 +205,13 @@ def _add_model_commands(commands):
         help="route to the cheapest model whose probability of a correct answer "
         "is at least P, or to the likeliest when none is (with --cost-column)",
     )
+    policy.add_argument(
+        "--budget",
+        type=non_negative_number,
+        metavar="B",
+        help="route with the weight of cost that gave the best quality at a mean "
+        "cost per query of at most B on held-out evaluations (with --cost-column)",
+    )
     route.set_defaults(run="_models:run_route")
 
 
@@ -435,6 +442,14 @@ def _add_serve_command(commands):
         help="with EVALS and --cost-column: route to the cheapest model whose "
         "probability of a correct answer is at least P (a request can give its "
         "own policy)",
+    )
+    policy.add_argument(
+        "--budget",
+        type=non_negative_number,
+        metavar="B",
+        help="with EVALS and --cost-column: route within a mean cost per query of "
+        "B, the weight of cost chosen on held-out evaluations (a request can give "
+        "its own budget)",
     )
     server.add_argument(
         "--max-batch",

@@ -25,7 +25,13 @@ def _router_from(arguments):
         raise UserError(f"{path}: no such model file")
     loaded = load(path)
     if arguments.evals is None:
-        for option in ("router_file", "cost_column", "group_column", "min_probability"):
+        for option in (
+            "router_file",
+            "cost_column",
+            "group_column",
+            "min_probability",
+            "budget",
+        ):
             if getattr(arguments, option) is not None:
                 flag = "--" + option.replace("_", "-")
                 raise UserError(f"argument {flag}: goes with EVALS, the pool to build")
@@ -37,11 +43,12 @@ def _router_from(arguments):
         return loaded, path
     if isinstance(loaded, LocusRouter):
         raise UserError(f"{path} holds a router already; leave out EVALS")
-    if arguments.min_probability is not None and arguments.cost_column is None:
-        raise UserError(
-            "argument --min-probability: goes with --cost-column, the costs it "
-            "routes by"
-        )
+    for option in ("min_probability", "budget"):
+        if getattr(arguments, option) is not None and arguments.cost_column is None:
+            flag = "--" + option.replace("_", "-")
+            raise UserError(
+                f"argument {flag}: goes with --cost-column, the costs it routes by"
+            )
     embedder = checked_embedder(loaded, path)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
@@ -54,6 +61,7 @@ def _router_from(arguments):
         arguments.cost_weight,
         _pool_groups(arguments, evaluations),
         arguments.min_probability,
+        arguments.budget,
     )
     target = None
     if arguments.router_file is not None:

@@ -98,6 +98,13 @@ class RouteRequest(_Strict):
         "answer is at least this, or to the likeliest when none is; not with "
         "cost_weight",
     )
+    budget: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="a mean cost per query: route with the weight of cost the "
+        "router's held-out curve gives for it (a router fitted with a budget)",
+    )
     k: int | None = Field(
         default=None, ge=1, description="models listed per query (default up to 3)"
     )
@@ -434,6 +441,7 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
             exclude=body.exclude,
             cost_weight=body.cost_weight,
             min_probability=body.min_probability,
+            budget=body.budget,
             k=body.k,
             query_groups=body.query_groups,
         )

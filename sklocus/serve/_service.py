@@ -332,6 +332,7 @@ class RouterService:
         exclude=None,
         cost_weight=None,
         min_probability=None,
+        budget=None,
         k=None,
         query_groups=None,
     ):
@@ -347,8 +348,11 @@ class RouterService:
             Weight of cost for this request; ``None`` uses the router's policy.
         min_probability : float, default=None
             A threshold for this request: the cheapest model whose probability
-            reaches it (:meth:`~sklocus.LocusRouter.rank_models`); not with
-            ``cost_weight``.
+            reaches it (:meth:`~sklocus.LocusRouter.rank_models`).
+        budget : float, default=None
+            A mean cost per query for this request, when the router was fitted
+            with a budget. One of ``cost_weight``, ``min_probability`` and
+            ``budget`` per request.
         k : int, default=None
             Models listed per query; ``None`` lists up to 3.
         query_groups : list of str or None, default=None
@@ -386,12 +390,32 @@ class RouterService:
                 )
             if cost_weight and router.cost_ is None:
                 raise RequestError(("cost_weight",), "the router has no costs to weigh")
-        if min_probability is not None:
-            if cost_weight is not None:
+        given = [
+            name
+            for name, value in (
+                ("cost_weight", cost_weight),
+                ("min_probability", min_probability),
+                ("budget", budget),
+            )
+            if value is not None
+        ]
+        if len(given) > 1:
+            raise RequestError(
+                (given[-1],), f"give one policy per request, not {' and '.join(given)}"
+            )
+        if budget is not None:
+            if not math.isfinite(budget) or budget < 0:
                 raise RequestError(
-                    ("min_probability",),
-                    "give cost_weight or min_probability, not both",
+                    ("budget",),
+                    f"budget={budget}; expected a finite number of at least 0",
                 )
+            if router.budget_curve_ is None:
+                raise RequestError(
+                    ("budget",),
+                    "the router was fitted without a budget, whose held-out curve "
+                    "a request's budget chooses from",
+                )
+        if min_probability is not None:
             if not 0 <= min_probability <= 1:
                 raise RequestError(
                     ("min_probability",),
@@ -411,6 +435,7 @@ class RouterService:
                 exclude=exclude or None,
                 cost_weight=cost_weight,
                 min_probability=min_probability,
+                budget=budget,
                 query_groups=query_groups,
             )
         except (ValueError, TypeError, KeyError) as error:
