@@ -6,16 +6,19 @@ on evaluations the embeddings had not seen. The pool's queries are split in two
 halves by a fixed order of the queries (so the split does not depend on the order
 given); each model is embedded from its evaluations on one half, every model is
 routed over the other half's queries at each weight of a ladder, and each
-weight's mean cost and quality (the mean observed score of the chosen models) are
-averaged over the two halves, weighted by their queries. A model with no
-evaluation on a half keeps its embedding from all of its evaluations there.
+weight's mean cost (over every query) and quality (the mean observed score of the
+chosen models) are averaged over the two halves, weighted by their queries and
+by their scored routes. A model with no evaluation on the half it would be
+embedded from is left out of the routes over the other half, which it has not
+been held out from.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sklocus._cost_quality import cost_quality_curve
+from sklocus._cost_quality import route_points
+from sklocus._routing import cost_utilities
 from sklocus.evaluations import query_sort_key
 
 # The weights a budget chooses among: 0 and a geometric ladder whose top routes by
@@ -53,7 +56,8 @@ def held_out_curve(ragged, embeddings, embed, probabilities, cost):
     sets = [(ragged.set_codes(i), ragged.set_scores(i)) for i in range(n_models)]
     costs = np.zeros(len(BUDGET_WEIGHTS))
     qualities = np.zeros(len(BUDGET_WEIGHTS))
-    total = 0
+    routed = 0
+    scored = np.zeros(len(BUDGET_WEIGHTS), dtype=np.int64)
     for half in (0, 1):
         held = np.flatnonzero(fold == half)
         seen = [
@@ -70,36 +74,40 @@ def held_out_curve(ragged, embeddings, embed, probabilities, cost):
         for i, (codes, values) in enumerate(sets):
             mine = fold[codes] == half
             scores[i, [column[c] for c in codes[mine]]] = values[mine]
-        predicted = probabilities(z, [queries[c] for c in held])
-        try:
-            half_costs, half_qualities, _ = cost_quality_curve(
-                scores, predicted, cost, cost_weights=BUDGET_WEIGHTS
-            )
-        except ValueError:  # no chosen model observed at some weight
-            continue
-        costs += len(held) * half_costs
-        qualities += len(held) * half_qualities
-        total += len(held)
-    if not total:
-        raise ValueError(
-            "a budget needs evaluations to choose its weight of cost on: each "
-            "model's queries are split in two halves, and no half predicted the "
-            "other with an observed score"
+        predicted = np.array(probabilities(z, [queries[c] for c in held]), copy=True)
+        left_out = np.setdiff1d(np.arange(n_models), kept)
+        predicted[left_out] = -np.inf  # never chosen: not held out from this half
+        half_costs, half_qualities, counts = route_points(
+            scores,
+            predicted,
+            np.broadcast_to(cost[:, None], scores.shape),
+            BUDGET_WEIGHTS,
+            cost_utilities,
         )
-    return np.vstack([BUDGET_WEIGHTS, costs / total, qualities / total])
+        costs += len(held) * half_costs
+        routed += len(held)
+        qualities += counts * np.nan_to_num(half_qualities)
+        scored += counts
+    if not routed or not scored.all():
+        raise ValueError(
+            "a budget needs evaluations to choose its weight of cost on: the "
+            "pool's queries are split in two halves, each predicted from the "
+            "other, and some weight's routes met no observed score"
+        )
+    return np.vstack([BUDGET_WEIGHTS, costs / routed, qualities / scored])
 
 
 def weight_within(curve, budget):
     """Return the weight of best quality whose mean cost is at most ``budget``.
 
     Returns ``(weight, met)``: among equally good weights the largest (the
-    cheapest routes); when no weight keeps within the budget, the largest weight
-    of the ladder, and ``met`` False.
+    cheapest routes); when no weight keeps within the budget, the weight of least
+    mean cost, and ``met`` False.
     """
     weights, costs, qualities = curve
     within = costs <= budget * (1 + 1e-9)
     if not within.any():
-        return float(weights[-1]), False
+        return float(weights[np.argmin(costs)]), False
     best = qualities[within].max()
     chosen = np.flatnonzero(within & (qualities >= best - 1e-12))[-1]
     return float(weights[chosen]), True

@@ -42,9 +42,9 @@ def cost_quality_curve(
 
     For each weight, each query goes to the model of highest utility
     (:func:`cost_utilities`, ties as :func:`~sklocus.metrics.best_models` breaks
-    them), and the point is the mean cost and mean observed score of the chosen
-    models over the queries. Queries whose chosen model was not evaluated on them
-    are left out of that point. With ``min_probabilities``, the curve is the
+    them), and the point is the mean cost of the chosen models over every query,
+    and their mean observed score over the queries whose chosen model was
+    evaluated on them. With ``min_probabilities``, the curve is the
     threshold policy's instead (:func:`threshold_utilities`): the cheapest model
     whose probability reaches each threshold.
 
@@ -109,20 +109,41 @@ def cost_quality_curve(
         raise ValueError(
             f"{name} are {settings.tolist()[:5]}; expected at least one, each {bound}"
         )
+    if not np.isfinite(probabilities).all():
+        raise ValueError("probabilities must be finite numbers; got NaN or inf")
+    costs, qualities, counts = route_points(
+        scores, probabilities, cost, settings, utilities
+    )
+    if not counts.all():
+        setting = settings[np.argmin(counts)]
+        raise ValueError(
+            f"at setting {setting}, no query's chosen model has an observed "
+            "score; the point's quality is undefined"
+        )
+    return costs, qualities, settings
+
+
+def route_points(scores, probabilities, cost, settings, utilities):
+    """Each setting's mean cost, mean quality and number of scored routes.
+
+    The cost is over every query (a route's cost is known whether or not its
+    score is); the quality over the queries whose chosen model has a score, NaN
+    where none has. ``utilities(probabilities, cost, setting)`` is
+    :func:`cost_utilities` or :func:`threshold_utilities`.
+    """
     columns = np.arange(scores.shape[1])
-    costs, qualities = np.empty(len(settings)), np.empty(len(settings))
+    costs = np.empty(len(settings))
+    qualities = np.full(len(settings), np.nan)
+    counts = np.zeros(len(settings), dtype=np.int64)
     for i, setting in enumerate(settings):
         chosen = best_models(utilities(probabilities, cost, setting))
         got = scores[chosen, columns]
         observed = ~np.isnan(got)
-        if not observed.any():
-            raise ValueError(
-                f"at setting {setting}, no query's chosen model has an observed "
-                "score; the point is undefined"
-            )
-        costs[i] = cost[chosen, columns][observed].mean()
-        qualities[i] = got[observed].mean()
-    return costs, qualities, settings
+        costs[i] = cost[chosen, columns].mean()
+        counts[i] = observed.sum()
+        if counts[i]:
+            qualities[i] = got[observed].mean()
+    return costs, qualities, counts
 
 
 def _check_points(costs, qualities):
@@ -275,6 +296,11 @@ def aiq(costs, qualities, *, cost_range=None):
     hull_costs, hull_qualities = quality_cost_frontier(costs, qualities)
     if cost_range is None:
         low, high = float(np.min(costs)), float(np.max(costs))
+        if low == high:
+            raise ValueError(
+                f"every point costs {low}; give cost_range, the costs to average "
+                "the frontier over"
+            )
     else:
         low, high = (float(c) for c in cost_range)
     if not (np.isfinite(low) and np.isfinite(high) and high > low):

@@ -249,7 +249,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         (``budget_cost_weight_``), and warns when none kept within it. Needs
         costs, ``cost_weight=0`` and no ``min_probability``; costs two more
         embeddings of each model at ``fit``. The weight is kept when models are
-        added or removed.
+        added or removed, though costs are weighed relative to the dearest model:
+        fit again to choose it for the new pool.
     refine_steps : int or None, default=50
         Steps of test-time refinement of the pool's embeddings (the embedder's
         ``refine_steps``, used in place of its own setting when the embedder is a
@@ -529,7 +530,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 f"no weight of cost kept the mean cost per query within "
                 f"budget={self.budget!r} on held-out evaluations (the least was "
                 f"{self.budget_curve_[1].min():.6g}); the router routes by the "
-                f"largest weight tried, {self.budget_cost_weight_:g}",
+                f"weight of that least cost, {self.budget_cost_weight_:g}",
                 UserWarning,
                 stacklevel=3,
             )

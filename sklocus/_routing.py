@@ -52,6 +52,12 @@ def best_models(utilities):
             f"utilities have shape {utilities.shape}; expected (n_models, n_queries) "
             "with at least one model"
         )
+    if np.isnan(utilities).any():
+        model, query = np.argwhere(np.isnan(utilities))[0]
+        raise ValueError(
+            f"the utility of model {model} for query {query} is NaN; a route needs "
+            "a number for every model (-inf rules one out)"
+        )
     best = utilities.max(axis=0, keepdims=True)
     return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
 
@@ -88,7 +94,9 @@ def cost_utilities(probabilities, cost, cost_weight):
     """Return each model's utility for each query: P(correct) less weighted cost.
 
     ``probabilities - cost_weight * cost / max(cost)``: a weight of 0.1 trades at
-    most 0.1 of probability against the dearest cost. An infinite weight decides
+    most 0.1 of probability against the dearest cost in ``cost`` (over every
+    model and query, so that with per-query costs a dollar weighs the same on
+    every query). An infinite weight decides
     by cost alone, and by probability among models of equal cost. The one
     definition that :class:`~sklocus.LocusRouter` and
     :func:`cost_quality_curve` route by.

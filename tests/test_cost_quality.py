@@ -192,3 +192,23 @@ def test_the_threshold_curve_runs_from_the_cheapest_model_to_the_likeliest(pool)
         cost_quality_curve(
             scores, probabilities, cost, cost_weights=[0], min_probabilities=[0]
         )
+
+
+def test_the_cost_of_a_route_counts_whether_or_not_it_was_scored():
+    # The dear model is scored on one query in ten: its routes' costs still count.
+    scores = np.ones((2, 10))
+    scores[1, 1:] = np.nan
+    probabilities = np.tile([[0.5], [0.9]], (1, 10))
+    costs, qualities, _ = cost_quality_curve(
+        scores, probabilities, [1.0, 10.0], cost_weights=[0]
+    )
+    assert costs[0] == 10.0 and qualities[0] == 1.0
+
+
+def test_nan_is_named_not_routed():
+    with pytest.raises(ValueError, match="utility of model 1 for query 0 is NaN"):
+        best_models([[0.1], [np.nan]])
+    with pytest.raises(ValueError, match="probabilities must be finite"):
+        cost_quality_curve([[1.0]], [[np.nan]], [1.0])
+    with pytest.raises(ValueError, match="every point costs 1.0; give cost_range"):
+        aiq([1], [0.5])
