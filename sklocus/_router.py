@@ -29,7 +29,12 @@ from sklocus._groups import (
     fit_group_offsets,
     logits,
 )
-from sklocus._routing import best_models, cost_utilities, threshold_utilities
+from sklocus._routing import (
+    best_models,
+    cost_utilities,
+    policies_given,
+    threshold_utilities,
+)
 from sklocus._validation import check_costs, check_model_names, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
@@ -694,12 +699,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         """
         given = [
             f"{name}={value!r}"
-            for name, value in (
-                ("cost_weight", cost_weight),
-                ("min_probability", min_probability),
-                ("budget", budget),
-            )
-            if value is not None
+            for name, value in policies_given(
+                cost_weight, min_probability, budget
+            ).items()
         ]
         if len(given) > 1:
             raise ValueError(f"{' and '.join(given)}: give one policy per call")

@@ -62,6 +62,20 @@ def best_models(utilities):
     return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
 
 
+def policies_given(cost_weight=None, min_probability=None, budget=None):
+    """Return the routing policies a call sets (not None), as ``{name: value}``.
+
+    A call routes by one at most; :class:`~sklocus.LocusRouter` and the served
+    router both refuse more through this one list.
+    """
+    settings = {
+        "cost_weight": cost_weight,
+        "min_probability": min_probability,
+        "budget": budget,
+    }
+    return {name: value for name, value in settings.items() if value is not None}
+
+
 def check_cost_matrix(cost, shape):
     """Return ``cost`` as float64 of shape ``shape`` ``(n_models, n_queries)``.
 

@@ -39,6 +39,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
+from sklocus._routing import policies_given
 from sklocus.serve._json import shorten
 
 __all__ = ["RequestError", "RouterService"]
@@ -390,15 +391,7 @@ class RouterService:
                 )
             if cost_weight and router.cost_ is None:
                 raise RequestError(("cost_weight",), "the router has no costs to weigh")
-        given = [
-            name
-            for name, value in (
-                ("cost_weight", cost_weight),
-                ("min_probability", min_probability),
-                ("budget", budget),
-            )
-            if value is not None
-        ]
+        given = list(policies_given(cost_weight, min_probability, budget))
         if len(given) > 1:
             raise RequestError(
                 (given[-1],), f"give one policy per request, not {' and '.join(given)}"
