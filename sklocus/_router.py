@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._budget import held_out_curve, weight_within
@@ -22,13 +22,14 @@ from sklocus._calibration import (
     in_both_halves,
     split_halves,
 )
-from sklocus._embedder import LocusEmbedder
+from sklocus._embedder import _SMALL_POOL, LocusEmbedder
 from sklocus._groups import (
     apply_group_offsets,
     check_query_groups,
     fit_group_offsets,
     logits,
 )
+from sklocus._query_heads import apply_heads, fit_heads
 from sklocus._routing import (
     best_models,
     cost_utilities,
@@ -37,6 +38,7 @@ from sklocus._routing import (
 )
 from sklocus._validation import check_costs, check_model_names, shown
 from sklocus._versioning import VersionStampMixin
+from sklocus.calibration import ProbabilityCalibrator
 from sklocus.encoders import as_query_list
 from sklocus.evaluations import (
     _first_bad_score,
@@ -55,6 +57,8 @@ _QUERY_CHUNK = 8192
 
 # What calibrate=True fits (None otherwise).
 _CALIBRATION = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
+# What query heads fit (None otherwise).
+_HEADS = ("head_weights_", "head_biases_", "head_blends_")
 
 
 def check_cost(cost, names):
@@ -284,6 +288,28 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         the pool's. It costs two more embeddings of each model, at ``fit`` and
         :meth:`add_models`. Off by default: on benchmarks the embedder never saw
         it helped on some and hurt on others (:ref:`router_calibration`).
+    query_heads : "auto" or bool, default="auto"
+        Fit each model's own logistic regression on the query encodings of its
+        evaluations, and blend its logits with LOCUS's (:mod:`sklocus._query_heads`):
+        the head's penalty is chosen per model and the blend for the pool, both on
+        held-out halves of the evaluations; a model with fewer than 64
+        evaluations keeps LOCUS's predictions alone. ``"auto"`` fits heads on pools
+        of fewer than 100 models, where each model's evaluations are what a team
+        has most of; it costs a few seconds per thousand evaluations of each
+        model at ``fit`` and :meth:`add_models`. Needs a
+        :class:`~sklocus.LocusEmbedder` (its query encoder encodes the queries).
+        Measured in :doc:`/research/budget`.
+    calibration_method : {"isotonic", "sigmoid"} or None, default=None
+        Map the router's probabilities through a
+        :class:`~sklocus.calibration.ProbabilityCalibrator` of this method, fitted
+        at ``fit`` on held-out predictions of the pool's own evaluations: each
+        model's evaluations predicted from an embedding of the other half (and,
+        with query heads, by heads fitted on the other fold), so that a predicted
+        0.8 comes true about 8 times in 10 (:ref:`calibrated_probabilities`). The
+        map is monotone and the same for every model, so it leaves the likeliest
+        model of each query as it was, and moves what thresholds, budgets and
+        weights of cost choose. Costs two more embeddings of each model at
+        ``fit``; models added later are mapped alike.
 
     Attributes
     ----------
@@ -313,6 +339,15 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         call's ``budget=`` chooses from it again.
     budget_cost_weight_ : float or None
         With ``budget``: the weight of cost the router routes by.
+    head_weights_ : ndarray of shape (n_models, query_dim), float32, or None
+        With query heads: each model's head, on the query encodings.
+    head_biases_ : ndarray of shape (n_models,), float32, or None
+        Each head's bias.
+    head_blends_ : ndarray of shape (n_models,), float32, or None
+        Each model's weight of its head against LOCUS on the logit scale: the
+        pool's chosen weight, or 0 for a model with no head.
+    probability_calibrator_ : ProbabilityCalibrator or None
+        With ``calibration_method``: the map applied to every prediction.
 
     Examples
     --------
@@ -340,6 +375,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
         "calibrate": ["boolean"],
+        "query_heads": [StrOptions({"auto"}), "boolean"],
+        "calibration_method": [StrOptions({"isotonic", "sigmoid"}), None],
     }
 
     def __init__(
@@ -351,6 +388,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         calibrate=False,
         min_probability=None,
         budget=None,
+        query_heads="auto",
+        calibration_method=None,
     ):
         self.embedder = embedder
         self.cost_weight = cost_weight
@@ -359,6 +398,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.refine_steps = refine_steps
         self.group_shrinkage = group_shrinkage
         self.calibrate = calibrate
+        self.query_heads = query_heads
+        self.calibration_method = calibration_method
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -460,7 +501,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             names[:] = checked
         cost = check_cost(cost, names)
         table = groups = None
-        if self.calibrate or query_groups is not None:
+        if (
+            self.calibrate
+            or self.calibration_method is not None
+            or query_groups is not None
+            or self._heads_on(len(names))
+        ):
             scores, queries = to_matrix(ragged)
             table = (queries, scores.T)
             if query_groups is not None:
@@ -475,6 +521,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         """
         if self.min_probability is not None or self.budget is not None:
             _check_policy(self.cost_weight, self.min_probability, self.budget, cost)
+
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
             warnings.warn(
@@ -499,6 +546,29 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 self.calibration_intercept_,
                 self.model_offsets_,
             ) = fit_calibration(*held, levels)
+        for name in _HEADS:
+            setattr(self, name, None)
+        if self._heads_on(len(names)):
+            queries, scores = table
+            *heads, head_held_out = self._fit_heads(
+                self.embeddings_, self.model_offsets_, queries, scores
+            )
+            self.head_weights_, self.head_biases_, self.head_blends_ = heads
+        self.probability_calibrator_ = None
+        if self.calibration_method is not None:
+            queries, scores = table
+            held_out = self._held_out_matrix(queries, scores)
+            if self._heads() is not None:
+                blends = self.head_blends_[None, :].astype(np.float64)
+                blended = (1.0 - blends) * held_out + blends * head_held_out
+                held_out = np.where(np.isnan(head_held_out), held_out, blended)
+            usable = ~np.isnan(held_out)
+            self.probability_calibrator_ = ProbabilityCalibrator(
+                self.calibration_method
+            ).fit(
+                1.0 / (1.0 + np.exp(-np.where(usable, held_out, 0.0))),
+                np.where(usable, scores, np.nan),
+            )
         self.budget_curve_ = self.budget_cost_weight_ = None
         if self.budget is not None:
             self._choose_budget_weight(evaluation_sets, cost)
@@ -506,7 +576,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         if query_groups is not None:
             queries, scores = table
             self.groups_, self.group_offsets_ = self._group_offsets(
-                self.embeddings_, self.model_offsets_, queries, scores, query_groups
+                self.embeddings_,
+                self.model_offsets_,
+                self._heads(),
+                queries,
+                scores,
+                query_groups,
             )
         return self
 
@@ -516,7 +591,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         def probabilities(embeddings, queries):
             chunks = [
                 self._base_probabilities(
-                    embeddings, self.model_offsets_, queries[i : i + _QUERY_CHUNK]
+                    embeddings,
+                    self.model_offsets_,
+                    queries[i : i + _QUERY_CHUNK],
+                    self._heads(),
                 )
                 for i in range(0, len(queries), _QUERY_CHUNK)
             ]
@@ -551,10 +629,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             embedder.refine_steps = self.refine_steps
         return np.asarray(embedder.transform(evaluation_sets), dtype=np.float32)
 
-    def _held_out_logits(self, queries, scores):
-        """Each model's evaluations predicted from an embedding of the other half.
+    def _half_embeddings(self, queries, scores):
+        """Each model embedded from each half of its evaluations.
 
-        What the pool calibration is fitted on (:mod:`sklocus._calibration`).
+        Returns ``(half, embeddings)``: :func:`~sklocus._calibration.split_halves`'
+        assignment, and for halves 0 and 1 an ``(n_models, embedding_dim)`` array
+        (zeros for a model without evaluations in both halves).
         """
         keys = [query_sort_key(query) for query in queries]
         rank = np.empty(len(keys), dtype=np.int64)
@@ -571,12 +651,41 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             if sets:
                 z[both] = self._embed(sets)
             embeddings.append(z)
+        return half, embeddings
+
+    def _held_out_logits(self, queries, scores):
+        """Each model's evaluations predicted from an embedding of the other half.
+
+        What the pool calibration is fitted on (:mod:`sklocus._calibration`).
+        """
+        half, embeddings = self._half_embeddings(queries, scores)
 
         def predict(h, rows):
             chunk = [queries[i] for i in rows]
             return self.embedder_.predict_correctness(embeddings[h], chunk).T
 
         return held_out_pairs(predict, scores, half, _QUERY_CHUNK)
+
+    def _held_out_matrix(self, queries, scores):
+        """LOCUS's held-out logits, ``(n_queries, n_models)``, NaN where none.
+
+        Each observed pair is predicted from the embedding of the other half of
+        its model's evaluations, with the pool calibration's offsets when fitted:
+        what ``calibration_method``'s map is fitted on.
+        """
+        half, embeddings = self._half_embeddings(queries, scores)
+        both = in_both_halves(half)
+        out = np.full(scores.shape, np.nan)
+        for start in range(0, len(queries), _QUERY_CHUNK):
+            rows = slice(start, start + _QUERY_CHUNK)
+            chunk = queries[rows]
+            for h in (0, 1):
+                found = self._base_probabilities(
+                    embeddings[h], self.model_offsets_, chunk
+                )
+                wanted = (half[rows] == 1 - h) & both[None, :]
+                out[rows][wanted] = logits(found)[wanted]
+        return out
 
     def _levels(self, embeddings, queries, scores):
         """Each model's mean LOCUS logit on the queries it was evaluated on."""
@@ -589,19 +698,104 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             total += np.where(seen, found, 0.0).sum(axis=0)
         return total / np.maximum(observed.sum(axis=0), 1)
 
-    def _base_probabilities(self, embeddings, model_offsets, queries):
-        """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so."""
-        probabilities = self.embedder_.predict_correctness(embeddings, queries).T
-        if model_offsets is None:
-            return probabilities
-        return apply_calibration(probabilities, self.calibration_slope_, model_offsets)
+    def _inner_embedder(self):
+        """Return the fitted LocusEmbedder (unwrapped from FrozenEstimator), or None."""
+        inner = getattr(self.embedder_, "estimator", self.embedder_)
+        return inner if isinstance(inner, LocusEmbedder) else None
 
-    def _group_offsets(self, embeddings, model_offsets, queries, scores, query_groups):
+    def _heads_on(self, n_models):
+        """Whether ``fit`` fits query heads for a pool of ``n_models``."""
+        if self.query_heads == "auto":
+            wanted = n_models < _SMALL_POOL
+        else:
+            wanted = bool(self.query_heads)
+        embedder = self.embedder if self.embedder is not None else LocusEmbedder()
+        usable = isinstance(getattr(embedder, "estimator", embedder), LocusEmbedder)
+        if wanted and not usable and self.query_heads is True:
+            raise ValueError(
+                "query_heads=True needs a LocusEmbedder, whose query encoder "
+                f"encodes the queries; got a {type(embedder).__name__}"
+            )
+        return wanted and usable
+
+    def _heads(self):
+        """``(weights, biases, blends)`` of the pool's query heads, or None."""
+        if getattr(self, "head_weights_", None) is None:
+            return None
+        return self.head_weights_, self.head_biases_, self.head_blends_
+
+    def _fit_heads(self, embeddings, model_offsets, queries, scores):
+        """Query heads of ``embeddings``' models, on their scores (:mod:`_query_heads`).
+
+        The pool's blend is chosen when the router has none yet (in ``fit``) and
+        kept for models added later.
+        """
+        inner = self._inner_embedder()
+        vectors = np.concatenate(
+            [
+                inner._encode(queries[i : i + _QUERY_CHUNK])
+                for i in range(0, len(queries), _QUERY_CHUNK)
+            ]
+        )
+        locus = np.empty(scores.shape)
+        for start in range(0, len(queries), _QUERY_CHUNK):
+            rows = slice(start, start + _QUERY_CHUNK)
+            probabilities = inner._predict(
+                inner._check_embeddings(embeddings), vectors[rows]
+            ).T
+            if model_offsets is not None:
+                probabilities = apply_calibration(
+                    probabilities, self.calibration_slope_, model_offsets
+                )
+            locus[rows] = logits(probabilities)
+        keys = [query_sort_key(query) for query in queries]
+        order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=int)
+        observed = ~np.isnan(scores)
+
+        def rows_of(j):
+            return order[observed[order, j]]
+
+        blend = None
+        if self._heads() is not None:
+            blend = float(self.head_blends_.max())
+        return fit_heads(vectors, scores, locus, rows_of, blend)
+
+    def _base_probabilities(self, embeddings, model_offsets, queries, heads=None):
+        """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so.
+
+        With ``heads`` (``(weights, biases, blends)`` of ``embeddings``' models),
+        blended with the query heads'.
+        """
+        inner = self._inner_embedder() if heads is not None else None
+        if inner is None:
+            probabilities = self.embedder_.predict_correctness(embeddings, queries).T
+        else:
+            if not len(queries):
+                return np.empty((0, len(embeddings)), dtype=np.float32)
+            vectors = inner._encode(as_query_list(queries))
+            embeddings = inner._check_embeddings(embeddings)
+            probabilities = inner._predict(embeddings, vectors).T
+        if model_offsets is not None:
+            probabilities = apply_calibration(
+                probabilities, self.calibration_slope_, model_offsets
+            )
+        if inner is not None:
+            probabilities = apply_heads(probabilities, vectors, *heads)
+        calibrator = getattr(self, "probability_calibrator_", None)
+        if calibrator is not None:
+            probabilities = calibrator.predict(probabilities)
+        return probabilities
+
+    def _group_offsets(
+        self, embeddings, model_offsets, heads, queries, scores, query_groups
+    ):
         """Fit per-group offsets of ``embeddings``' models on their own scores."""
         base = np.empty(scores.shape)
         for start in range(0, len(queries), _QUERY_CHUNK):
             chunk = queries[start : start + _QUERY_CHUNK]
-            probabilities = self._base_probabilities(embeddings, model_offsets, chunk)
+            probabilities = self._base_probabilities(
+                embeddings, model_offsets, chunk, heads
+            )
             base[start : start + len(chunk)] = logits(probabilities)
         return fit_group_offsets(base, scores, query_groups, self.group_shrinkage)
 
@@ -615,7 +809,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         for start in range(0, len(queries), _QUERY_CHUNK):
             chunk = queries[start : start + _QUERY_CHUNK]
             probabilities = self._base_probabilities(
-                self.embeddings_, self.model_offsets_, chunk
+                self.embeddings_, self.model_offsets_, chunk, self._heads()
             )
             if corrected:
                 probabilities = apply_group_offsets(
@@ -749,6 +943,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         cost_weight=None,
         min_probability=None,
         budget=None,
+        query_heads="auto",
+        calibration_method=None,
     ):
         """Choose a model for each query.
 
@@ -988,18 +1184,25 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 "the router was fitted without query_groups; leave query_groups out"
             )
         embeddings = self._embed(evaluation_sets)
-        model_offsets = None
+        model_offsets = heads = None
         if self.model_offsets_ is not None:
             model_offsets = self._new_calibration_offsets(embeddings, evaluation_sets)
+        if self._heads() is not None:
+            scores, queries = to_matrix(evaluation_sets)
+            heads = self._fit_heads(embeddings, model_offsets, queries, scores.T)[:3]
         if self.group_offsets_ is not None:
             offsets = np.zeros((len(names), len(self.groups_)), dtype=np.float32)
             if query_groups is not None:
                 offsets = self._new_model_offsets(
-                    embeddings, model_offsets, evaluation_sets, query_groups
+                    embeddings, model_offsets, heads, evaluation_sets, query_groups
                 )
             self.group_offsets_ = np.vstack([self.group_offsets_, offsets])
         if model_offsets is not None:
             self.model_offsets_ = np.concatenate([self.model_offsets_, model_offsets])
+        if heads is not None:
+            self.head_weights_, self.head_biases_, self.head_blends_ = (
+                np.concatenate([old, new]) for old, new in zip(self._heads(), heads)
+            )
         self.embeddings_ = np.vstack([self.embeddings_, embeddings]).astype(np.float32)
         self.classes_ = np.concatenate(
             [self.classes_, np.asarray(names, dtype=self.classes_.dtype)]
@@ -1020,7 +1223,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         )
 
     def _new_model_offsets(
-        self, embeddings, model_offsets, evaluation_sets, query_groups
+        self, embeddings, model_offsets, heads, evaluation_sets, query_groups
     ):
         """Offsets for the router's groups of new models, from a query-to-group map."""
         scores, queries = to_matrix(evaluation_sets)
@@ -1029,7 +1232,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         known = set(self.groups_.tolist())
         groups = np.array([g if g in known else None for g in groups], dtype=object)
         fitted_groups, offsets = self._group_offsets(
-            embeddings, model_offsets, queries, scores.T, groups
+            embeddings, model_offsets, heads, queries, scores.T, groups
         )
         column = {label: j for j, label in enumerate(self.groups_)}
         out = np.zeros((len(evaluation_sets), len(self.groups_)), dtype=np.float32)
@@ -1066,6 +1269,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             self.group_offsets_ = self.group_offsets_[kept]
         if self.model_offsets_ is not None:
             self.model_offsets_ = self.model_offsets_[kept]
+        if self._heads() is not None:
+            self.head_weights_, self.head_biases_, self.head_blends_ = (
+                values[kept] for values in self._heads()
+            )
         self.classes_ = self.classes_[kept]
         if self.cost_ is not None:
             self.cost_ = self.cost_[kept]

@@ -38,6 +38,8 @@ LAYERS = [
         "nn",
         "_groups",
         "_calibration",
+        "_query_heads",
+        "calibration",
         "_budget",
         "geometry",
     ],

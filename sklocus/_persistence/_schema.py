@@ -16,6 +16,7 @@ from sklocus._selection import (
     KMedoidsSelector,
 )
 from sklocus._validation import check_model_names
+from sklocus.calibration import ProbabilityCalibrator
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 
 NONE = type(None)
@@ -72,6 +73,17 @@ FITTED = {
         "model_offsets_": (Array("f", 1), NONE),
         "budget_curve_": (FLOATS_2D, NONE),
         "budget_cost_weight_": (float, NONE),
+        "head_weights_": (FLOATS_2D, NONE),
+        "head_biases_": (Array("f", 1), NONE),
+        "head_blends_": (Array("f", 1), NONE),
+        "probability_calibrator_": (ProbabilityCalibrator, NONE),
+    },
+    ProbabilityCalibrator: {
+        "n_pairs_": int,
+        "x_thresholds_": (Array("f", 1), NONE),
+        "y_thresholds_": (Array("f", 1), NONE),
+        "slope_": (float, NONE),
+        "intercept_": (float, NONE),
     },
     KCenterSelector: {**_SELECTED, "radius_": float},
     KMedoidsSelector: {**_SELECTED, "inertia_": float, "n_iter_": int},
@@ -92,6 +104,7 @@ NESTED = {
     "estimator": (LocusEmbedder,),  # FrozenEstimator's
     "query_encoder": (SentenceEncoder, PrecomputedEncoder, str),
     "query_encoder_": (SentenceEncoder, PrecomputedEncoder),
+    "probability_calibrator_": (ProbabilityCalibrator, NONE),
 }
 
 
@@ -175,6 +188,40 @@ def inconsistency(estimator):
                 return "budget_curve_ is not 3 rows of finite numbers"
             if not 0 <= estimator.budget_cost_weight_ < np.inf:
                 return f"budget_cost_weight_ is {estimator.budget_cost_weight_}"
+        heads = (
+            estimator.head_weights_,
+            estimator.head_biases_,
+            estimator.head_blends_,
+        )
+        if len({value is None for value in heads}) > 1:
+            return "head_weights_, head_biases_ and head_blends_ are not given together"
+        if heads[0] is not None:
+            query_dim = getattr(estimator.embedder_, "estimator", estimator.embedder_)
+            query_dim = query_dim.query_dim_
+            if heads[0].shape != (rows, query_dim):
+                return f"head_weights_ are not ({rows} models, {query_dim})"
+            if heads[1].shape != (rows,) or heads[2].shape != (rows,):
+                return f"head_biases_ or head_blends_ are not one per model ({rows})"
+            if not all(np.isfinite(values).all() for values in heads):
+                return "the query heads hold a number that is not finite"
+            if ((heads[2] < 0) | (heads[2] > 1)).any():
+                return "head_blends_ are not all in [0, 1]"
+    elif isinstance(estimator, ProbabilityCalibrator):
+        isotonic = estimator.method == "isotonic"
+        steps = (estimator.x_thresholds_, estimator.y_thresholds_)
+        line = (estimator.slope_, estimator.intercept_)
+        if isotonic and (
+            any(value is None for value in steps)
+            or steps[0].shape != steps[1].shape
+            or not len(steps[0])
+            or (np.diff(steps[0]) < 0).any()
+            or (np.diff(steps[1]) < 0).any()
+            or steps[1].min() < 0
+            or steps[1].max() > 1
+        ):
+            return "its isotonic steps are not non-decreasing probabilities"
+        if not isotonic and any(v is None or not np.isfinite(v) for v in line):
+            return "its sigmoid has no finite slope_ and intercept_"
     elif isinstance(
         estimator, KCenterSelector | KMedoidsSelector | CoverageGreedySelector
     ):

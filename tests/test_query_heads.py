@@ -1,0 +1,145 @@
+"""Query heads: each pool model's own logistic regression, blended with LOCUS."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.frozen import FrozenEstimator
+from tiny import TINY_NETWORK
+
+import sklocus
+from sklocus import LocusEmbedder, LocusRouter
+from sklocus._query_heads import MIN_EVALUATIONS, apply_heads, fit_heads
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+
+SMALL = dict(TINY_NETWORK, max_epochs=2, epoch_size=256, validation_fraction=None)
+
+
+def _linear_pool(n_queries=600, n_models=3, seed=0):
+    """Scores drawn from one logistic regression per model on random encodings."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(n_queries, 8))
+    truth = rng.normal(size=(n_models, 8)) * 1.5
+    p = 1.0 / (1.0 + np.exp(-(vectors @ truth.T)))
+    scores = (rng.random(p.shape) < p).astype(float)
+    return vectors, scores, truth
+
+
+def _rows_of(scores):
+    observed = ~np.isnan(scores)
+    return lambda j: np.flatnonzero(observed[:, j])
+
+
+def test_heads_learn_what_locus_misses_and_the_blend_trusts_them():
+    vectors, scores, truth = _linear_pool()
+    locus = np.zeros(scores.shape)  # LOCUS knows nothing here
+    weights, biases, blends, held_out = fit_heads(
+        vectors, scores, locus, _rows_of(scores)
+    )
+    assert weights.shape == (3, 8) and weights.dtype == np.float32
+    for fitted, true in zip(weights, truth):
+        assert np.corrcoef(fitted, true)[0, 1] > 0.9
+    assert (blends > 0.8).all() and len(set(blends.tolist())) == 1
+    assert np.isfinite(held_out).all()  # every evaluation predicted out of fold
+
+
+def test_the_blend_stays_with_locus_where_it_already_knows():
+    vectors, scores, truth = _linear_pool(seed=1)
+    locus = vectors @ truth.T  # LOCUS has the true logits
+    noise = np.random.default_rng(2).normal(size=vectors.shape)
+    _, _, blends, _ = fit_heads(noise, scores, locus, _rows_of(scores))
+    assert (blends < 0.2).all()
+
+
+def test_models_with_few_evaluations_or_one_sided_scores_get_no_head():
+    vectors, scores, _ = _linear_pool()
+    scores[MIN_EVALUATIONS - 1 :, 0] = np.nan  # too few evaluations
+    scores[:, 1] = 1.0  # all correct: nothing to learn
+    weights, biases, blends, held_out = fit_heads(
+        vectors, scores, np.zeros(scores.shape), _rows_of(scores)
+    )
+    assert blends[0] == blends[1] == 0 and blends[2] > 0
+    assert not weights[:2].any() and not biases[:2].any()
+    assert np.isnan(held_out[:, :2]).all()
+    # A model without a head is predicted by LOCUS alone.
+    locus = np.full((5, 3), 0.7, dtype=np.float32)
+    blended = apply_heads(locus, vectors[:5], weights, biases, blends)
+    np.testing.assert_allclose(blended[:, :2], 0.7, rtol=1e-6)
+
+
+def test_a_given_blend_is_kept():
+    vectors, scores, _ = _linear_pool()
+    _, _, blends, _ = fit_heads(
+        vectors, scores, np.zeros(scores.shape), _rows_of(scores), blend=0.25
+    )
+    np.testing.assert_allclose(blends, 0.25)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    data = make_evaluations(
+        n_models=6, n_queries=200, evals_per_model=None, random_state=0
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **SMALL)
+    return data, queries, Y, FrozenEstimator(embedder.fit(data.evaluation_sets))
+
+
+def test_small_pools_get_heads_by_default_and_they_move_predictions(pool):
+    data, queries, Y, frozen = pool
+    with_heads = LocusRouter(frozen).fit(queries, Y)
+    without = LocusRouter(frozen, query_heads=False).fit(queries, Y)
+    assert with_heads.head_weights_.shape == (6, data.query_vectors.shape[1])
+    assert without.head_weights_ is None and without.head_blends_ is None
+    assert not np.allclose(
+        with_heads.predict_correctness(queries), without.predict_correctness(queries)
+    )
+    # "auto" fits heads on pools of fewer than 100 models only.
+    assert LocusRouter(frozen)._heads_on(99) and not LocusRouter(frozen)._heads_on(100)
+    assert LocusRouter(frozen, query_heads=True)._heads_on(100)
+
+
+def test_heads_survive_saving_adding_and_removing_models(pool, tmp_path):
+    data, queries, Y, frozen = pool
+    router = LocusRouter(frozen).fit(queries, Y.iloc[:, :4])
+    path = tmp_path / "router.skops"
+    sklocus.save(router, path)
+    loaded = sklocus.load(path)
+    np.testing.assert_array_equal(
+        loaded.predict_correctness(queries), router.predict_correctness(queries)
+    )
+    blend = float(router.head_blends_.max())
+    names = list(Y.columns[4:])
+    router.add_models(data.evaluation_sets[4:], names)
+    assert router.head_weights_.shape[0] == 6
+    np.testing.assert_allclose(router.head_blends_[4:], blend)
+    # New models' heads are fitted as fit fits them, with the pool's blend.
+    refitted = LocusRouter(frozen).fit(queries, Y)
+    np.testing.assert_allclose(
+        router.head_weights_[4:], refitted.head_weights_[4:], rtol=1e-4, atol=1e-5
+    )
+    router.remove_models(names[0])
+    assert router.head_weights_.shape[0] == router.head_blends_.shape[0] == 5
+    assert router.predict_correctness(queries[:3]).shape == (3, 5)
+
+
+def test_fit_and_fit_evaluations_fit_the_same_heads(pool):
+    data, queries, Y, frozen = pool
+    table = LocusRouter(frozen).fit(queries, Y)
+    sets = LocusRouter(frozen).fit_evaluations(data.evaluation_sets, data.model_names)
+    np.testing.assert_array_equal(table.head_weights_, sets.head_weights_)
+    np.testing.assert_array_equal(table.head_blends_, sets.head_blends_)
+
+
+def test_heads_need_a_locus_embedder():
+    class Other:
+        def fit(self, X, y=None):
+            return self
+
+        def transform(self, X):
+            return np.zeros((len(X), 2))
+
+    with pytest.raises(ValueError, match="query_heads=True needs a LocusEmbedder"):
+        LocusRouter(Other(), query_heads=True)._heads_on(3)
+    assert not LocusRouter(Other())._heads_on(3)
