@@ -49,13 +49,14 @@ _QUERY_CLUSTERS = 32
 # Pools of fewer models than this are small: the "auto" settings validate every
 # model on held-out queries instead of holding out models (a tenth of a small
 # pool is one to nine models, whose loss ranks epochs by which models they are),
-# and train up to _SMALL_POOL_EPOCHS epochs of one draw per _EVALUATIONS_PER_DRAW
-# of the pool's evaluations, within _SMALL_POOL_EPOCH_SIZE: a pool with many
-# evaluations per model keeps learning for longer (docs/research/small-pools.md).
+# and train up to _SMALL_POOL_EPOCHS epochs of _SMALL_POOL_EPOCH_SIZE draws,
+# about a minute and a half on 2 CPU cores: a router over a small pool leans on
+# each model's own query heads (sklocus._query_heads) where its evaluations are
+# many, and 20 epochs of up to 4,096 draws (the schedule before 2026-12-03)
+# routed no better for 5 to 7 times the time (docs/research/budget.md).
 _SMALL_POOL = 100
-_SMALL_POOL_EPOCHS = 20
-_SMALL_POOL_EPOCH_SIZE = (1024, 4096)
-_EVALUATIONS_PER_DRAW = 16
+_SMALL_POOL_EPOCHS = 10
+_SMALL_POOL_EPOCH_SIZE = 1024
 _LARGE_POOL_EPOCHS = 10
 _LARGE_POOL_EPOCH_SIZE = 4096
 # Training models whose embeddings set embedding_scale_ (at most; chosen at random).
@@ -159,25 +160,26 @@ class LocusEmbedder(
     decoder_size : int, default=64
         Evaluations of each model used as targets at each training step.
     max_epochs : "auto" or int, default="auto"
-        Most training epochs; ``"auto"`` is 10 on pools of 100 models or more and
-        20 on smaller ones. Early stopping often ends training sooner; the cap
-        bounds the time of a fit: on the 5,949 Open LLM Leaderboard models an epoch
-        takes 80-90 s on 2 CPU cores, and the held-out loss stops improving after
-        4-10 epochs (docs/research/tuning.md), so a default fit of all of them
-        stays under 15 minutes.
+        Most training epochs; ``"auto"`` is 10. Early stopping often ends training
+        sooner; the cap bounds the time of a fit: on the 5,949 Open LLM Leaderboard
+        models an epoch takes 80-90 s on 2 CPU cores, and the held-out loss stops
+        improving after 4-10 epochs (docs/research/tuning.md), so a default fit of
+        all of them stays under 15 minutes.
     epoch_size : "auto" or int, default="auto"
         Least number of model draws in an epoch: every training model is drawn
         once, or several times when the pool is smaller than this (each draw takes
         a fresh subset, so a small pool still gets that many distinct examples).
-        ``"auto"`` is 4,096 on pools of 100 models or more; on smaller ones, one
-        draw per 16 of the pool's evaluations, from 1,024 to 4,096 (so 20 Open LLM
-        models evaluated on 806 queries each get 1,024, the 9 LLMRouter models on
-        5,608 each 3,154). With ``max_epochs`` it sets how long a small pool
-        trains: on 100 synthetic models, 12 epochs of 4,096 draws take about 4.5
-        minutes on 2 CPU cores and separate families better than 12 epochs of
-        1,024 draws (docs/research/geometry-synthetic.md); small pools are measured in
-        docs/research/small-pools.md. A pool of more than 4,096 training models is drawn
-        once per epoch whatever this is.
+        ``"auto"`` is 4,096 on pools of 100 models or more and 1,024 on smaller
+        ones, so that a default fit of a small pool takes about a minute and a
+        half on 2 CPU cores (the 9 LLMRouter models, 5,608 evaluations each: 85-95
+        s). A router over a small pool leans on each model's own query heads
+        where its evaluations are many (:class:`~sklocus.LocusRouter`'s
+        ``query_heads``); on such pools, 20 epochs of up to 4,096 draws routed no
+        better for 5 to 7 times the time (docs/research/budget.md). On 100
+        synthetic models, 12 epochs of 4,096 draws take about 4.5 minutes on 2 CPU
+        cores and separate families better than 12 epochs of 1,024 draws
+        (docs/research/geometry-synthetic.md). A pool of more than 4,096 training
+        models is drawn once per epoch whatever this is.
     batch_size : int, default=32
         Models per training step.
     lr : float, default=2e-4
@@ -595,12 +597,8 @@ class LocusEmbedder(
             fraction = None
         if max_epochs == "auto":
             max_epochs = _SMALL_POOL_EPOCHS if small else _LARGE_POOL_EPOCHS
-        if epoch_size == "auto" and small:
-            low, high = _SMALL_POOL_EPOCH_SIZE
-            draws = int(ragged.sizes.sum()) // _EVALUATIONS_PER_DRAW
-            epoch_size = min(max(draws, low), high)
-        elif epoch_size == "auto":
-            epoch_size = _LARGE_POOL_EPOCH_SIZE
+        if epoch_size == "auto":
+            epoch_size = _SMALL_POOL_EPOCH_SIZE if small else _LARGE_POOL_EPOCH_SIZE
         return fraction, max_epochs, epoch_size
 
     def __setstate__(self, state):
