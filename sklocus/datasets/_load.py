@@ -19,6 +19,7 @@ BY-NC-SA 4.0; not distributed with sklocus):
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -157,3 +158,41 @@ def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
         models=models,
         encoder=query_encoder,
     )
+
+
+def load_llmrouter(*, encoder="all-MiniLM-L6-v2"):
+    """Load the LLMRouter routing data packaged with sklocus.
+
+    Real results of 9 open language models on 6,108 questions (math, code,
+    science, logic puzzles and more; every model on every question), with each
+    model's price, from the LLMRouter project (``ulab-uiuc/LLMRouter`` on GitHub,
+    MIT licence). The pool most teams have: a handful of models they serve, each
+    evaluated on thousands of their own questions.
+
+    Read more in the :ref:`User Guide <llmrouter_data>`.
+
+    Parameters
+    ----------
+    encoder : str, default="all-MiniLM-L6-v2"
+        Sentence encoder of the question texts (no encodings are packaged:
+        MiniLM encodes all 6,108 questions in about two minutes on two CPU cores).
+
+    Returns
+    -------
+    data : Bunch
+        As :func:`load_evaluations` returns it: ``evaluation_sets`` and
+        ``model_names`` (9), ``queries`` (``query_id``, ``query``, ``split``:
+        the source's own 5,608 ``train`` and 500 ``test`` questions), ``models``
+        (``params_b`` and ``input_price`` and ``output_price`` in US$ per million
+        tokens) and ``encoder``, which encodes the query ids.
+
+    Examples
+    --------
+    >>> from sklocus.datasets import load_llmrouter
+    >>> data = load_llmrouter()
+    >>> len(data.model_names), data.queries["split"].value_counts()["test"]
+    (9, np.int64(500))
+    """
+    folder = resources.files("sklocus.datasets") / "data" / "llmrouter"
+    with resources.as_file(folder) as path:
+        return load_evaluations(path, encoder=encoder)
