@@ -12,17 +12,24 @@ question; each prediction is then routed over a sweep of cost weights
 - cost share: the least mean cost at which the frontier reaches the best single
   model's test quality, over that model's cost (inf where it never does);
 - ECE: expected calibration error of the predictions on the test questions (10
-  equal-width bins), and routing and correctness accuracy at cost weight 0.
+  equal-width bins), and routing and correctness accuracy at cost weight 0;
+- the threshold policy's promise: routed by ``min_probability=t`` for t in
+  0.5-0.9, the largest gap, over t, between the mean predicted probability of
+  the chosen models and their mean observed score on the test questions.
 
 Costs: LLMRouter's price per million tokens of each model times each question's
 length in characters (a per-question cost: long prompts cost more; output
 lengths are not in the data); Open LLM: ``params_b``, per model.
 
 Methods: every single model (their frontier is random mixing); overall accuracy;
-k-nearest queries; a logistic regression and a small MLP per model on the query
-encodings (RouterBench's baselines); MF (dim 16); LOCUS's forward pass; the
-default ``LocusRouter`` (refined pool embeddings) and the same with
-``calibrate=True``; and the oracle (each question's own scores), the ceiling.
+the per-benchmark tally (each model's mean train score on the question's
+benchmark, where the data name benchmarks); k-nearest queries; a logistic
+regression and a small MLP per model on the query encodings (RouterBench's
+baselines); MF (dim 16); LOCUS's forward pass; the default ``LocusRouter``
+(refined pool embeddings and query heads), the same without query heads, with
+``calibrate=True``, and with ``calibration_method="isotonic"``; and the oracle
+(each question's own scores), the ceiling. The fit time is the embedder's and
+the default router's together, on encodings computed beforehand.
 
 Usage::
 
@@ -40,6 +47,7 @@ import datetime
 import json
 import platform
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -61,19 +69,23 @@ from research.small_pools import (
     matrix_factorisation,
 )
 from sklocus import LocusRouter
+from sklocus._routing import check_cost_matrix
 from sklocus.cli import parse_settings
 from sklocus.datasets import load_evaluations
 from sklocus.metrics import (
     aiq,
+    best_models,
     correctness_accuracy,
     cost_at_quality,
     cost_quality_curve,
     expected_calibration_error,
     quality_at_cost,
     routing_accuracy,
+    threshold_utilities,
 )
 
-LOCUS = "LOCUS, router (refined)"
+LOCUS = "LOCUS, router (defaults)"
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 def mlp_per_model(pool, seed):
@@ -96,6 +108,31 @@ def mlp_per_model(pool, seed):
             network.fit(pool.train_vectors, labels)
         out[i] = network.predict_proba(pool.test_vectors)[:, 1]
     return out
+
+
+def group_tally(pool):
+    """Each model's mean train score on each test question's benchmark."""
+    out = np.empty(pool.test.shape)
+    overall = np.nanmean(pool.train, axis=1)
+    for group in np.unique(pool.test_groups):
+        train = pool.train_groups == group
+        tally = np.nanmean(pool.train[:, train], axis=1) if train.any() else overall
+        out[:, pool.test_groups == group] = tally[:, None]
+    return out
+
+
+def threshold_gap(scores, probabilities, cost):
+    """Largest |promised - realised| quality of the threshold policy over t."""
+    cost = check_cost_matrix(cost, scores.shape)
+    gaps = []
+    for t in THRESHOLDS:
+        chosen = best_models(threshold_utilities(probabilities, cost, t))
+        columns = np.arange(scores.shape[1])
+        realised = scores[chosen, columns]
+        observed = ~np.isnan(realised)
+        promised = probabilities[chosen, columns][observed].mean()
+        gaps.append(abs(promised - realised[observed].mean()))
+    return float(max(gaps))
 
 
 def priced_openllm_pools(folder, sizes, seed):
@@ -141,11 +178,12 @@ def measure(pool, source, folder, seed, cache, overrides):
         embedder.transform(pool.train_sets), pool.test_ids
     )
     names = [str(i) for i in range(len(pool.train_sets))]
+    frozen = FrozenEstimator(embedder)
     routers = {
-        LOCUS: LocusRouter(FrozenEstimator(embedder)),
-        "LOCUS, router (refined, calibrated)": LocusRouter(
-            FrozenEstimator(embedder), calibrate=True
-        ),
+        LOCUS: LocusRouter(frozen),
+        "LOCUS, router without query heads": LocusRouter(frozen, query_heads=False),
+        "LOCUS, router, calibrate=True": LocusRouter(frozen, calibrate=True),
+        "LOCUS, router, isotonic": LocusRouter(frozen, calibration_method="isotonic"),
     }
     predictions = {
         "overall accuracy": baselines.overall_accuracy(pool.train, len(pool.test_ids)),
@@ -157,8 +195,13 @@ def measure(pool, source, folder, seed, cache, overrides):
         "MF (dim 16)": matrix_factorisation(pool, seed),
         "LOCUS, forward pass": forward,
     }
+    if pool.train_groups is not None:
+        predictions["per-benchmark tally"] = group_tally(pool)
+    router_seconds = {}
     for name, router in routers.items():
+        start = time.perf_counter()
         router.fit_evaluations(pool.train_sets, names)
+        router_seconds[name] = time.perf_counter() - start
         predictions[name] = router.predict_correctness(pool.test_ids).T
     scores = pool.test
     cost = pool_costs(pool, source, folder)
@@ -172,7 +215,8 @@ def measure(pool, source, folder, seed, cache, overrides):
         "pool": pool.name,
         "seed": seed,
         "models": len(scores),
-        "fit_seconds": round(fit_seconds, 1),
+        "fit_seconds": round(fit_seconds + router_seconds[LOCUS], 1),
+        "embedder_seconds": round(fit_seconds, 1),
         "best single model": float(model_qualities[best]),
         "random mixing": {
             "aiq": aiq(model_costs, model_qualities, cost_range=span),
@@ -192,6 +236,7 @@ def measure(pool, source, folder, seed, cache, overrides):
         figures["ece"] = expected_calibration_error(scores, probabilities)
         figures["routing"] = routing_accuracy(scores, probabilities)
         figures["correctness"] = correctness_accuracy(scores, probabilities)
+        figures["threshold gap"] = threshold_gap(scores, probabilities, cost)
         row["methods"][name] = figures
     return row
 
@@ -220,7 +265,9 @@ def report(rows, sources):
         "per question at which the frontier reaches the best single model's "
         "quality, over that model's cost (lower is better; inf: never reached); "
         "ECE is on the test questions, before any calibration but the router's "
-        "own `calibrate=True`.",
+        "own; the threshold gap is the largest gap, over thresholds 0.5-0.9, "
+        "between the probability the threshold policy's choices promise and the "
+        "score they realise. Older runs lack the newer methods and columns.",
     ]
     for pool in dict.fromkeys(row["pool"] for row in rows):
         mine = [row for row in rows if row["pool"] == pool]
@@ -230,17 +277,19 @@ def report(rows, sources):
             f"{[row['seed'] for row in mine]}",
             "",
             f"Best single model {np.mean([r['best single model'] for r in mine]):.3f}"
-            f"; LOCUS fit {np.mean([r['fit_seconds'] for r in mine]):.0f} s.",
+            f"; LOCUS fit (embedder and default router) "
+            f"{np.mean([r['fit_seconds'] for r in mine]):.0f} s.",
             "",
-            "| method | AIQ | quality at dearest cost | cost share | ECE | routing |",
-            "|---|---|---|---|---|---|",
+            "| method | AIQ | quality at dearest cost | cost share | ECE | "
+            "threshold gap | routing | correctness |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name in ("oracle", "random mixing"):
             figures = [row[name] for row in mine]
             lines.append(
                 f"| {name} | {_cell([f['aiq'] for f in figures])} | "
                 f"{_cell([f['quality at dearest'] for f in figures])} | "
-                f"{_cell([f['cost share'] for f in figures], 2)} | | |"
+                f"{_cell([f['cost share'] for f in figures], 2)} | | | | |"
             )
         for method in mine[0]["methods"]:
             figures = [row["methods"][method] for row in mine]
@@ -249,7 +298,9 @@ def report(rows, sources):
                 _cell([f["quality at dearest"] for f in figures]),
                 _cell([f["cost share"] for f in figures], 2),
                 _cell([f["ece"] for f in figures]),
+                _cell([f.get("threshold gap", np.nan) for f in figures]),
                 _cell([f["routing"] for f in figures]),
+                _cell([f["correctness"] for f in figures]),
             ]
             lines.append(f"| {method} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"

@@ -93,6 +93,12 @@ class Pool:
         self.train_sets = [{q: s[q] for q in self.train_ids if q in s} for s in sets]
         self.train, _ = to_matrix(sets, queries=self.train_ids)
         self.test, _ = to_matrix(sets, queries=self.test_ids)
+        # Each query's benchmark where the data name one (the Open LLM data).
+        groups = data.queries.set_index("query_id").get("benchmark")
+        self.train_groups = self.test_groups = None
+        if groups is not None:
+            self.train_groups = groups.loc[self.train_ids].to_numpy()
+            self.test_groups = groups.loc[self.test_ids].to_numpy()
         self.train_vectors = vectors_by_id(self.train_ids)
         self.test_vectors = vectors_by_id(self.test_ids)
         self.encoder = PrecomputedEncoder(
