@@ -27,7 +27,8 @@ benchmark, where the data name benchmarks); k-nearest queries; a logistic
 regression and a small MLP per model on the query encodings (RouterBench's
 baselines); MF (dim 16); LOCUS's forward pass; the default ``LocusRouter``
 (refined pool embeddings and query heads), the same without query heads, with
-``calibrate=True``, and with ``calibration_method="isotonic"``; and the oracle
+``calibrate=True``, with ``calibration_method="isotonic"`` and, where the data
+name benchmarks, with them as ``query_groups``; and the oracle
 (each question's own scores), the ceiling. The fit time is the embedder's and
 the default router's together, on encodings computed beforehand.
 
@@ -197,6 +198,15 @@ def measure(pool, source, folder, seed, cache, overrides):
     }
     if pool.train_groups is not None:
         predictions["per-benchmark tally"] = group_tally(pool)
+        router = LocusRouter(frozen)
+        router.fit_evaluations(
+            pool.train_sets,
+            names,
+            query_groups=dict(zip(pool.train_ids, pool.train_groups)),
+        )
+        predictions["LOCUS, router with benchmark groups"] = router.predict_correctness(
+            pool.test_ids, pool.test_groups
+        ).T
     router_seconds = {}
     for name, router in routers.items():
         start = time.perf_counter()

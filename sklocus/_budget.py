@@ -39,8 +39,10 @@ def held_out_curve(ragged, embeddings, embed, probabilities, cost):
     embed : callable
         ``embed(sets)`` embeds a list of ``{query: score}`` dicts as the router does.
     probabilities : callable
-        ``probabilities(embeddings, queries)`` gives P(correct), shape
-        ``(n_models, n_queries)``, as the router routes by.
+        ``probabilities(embeddings, queries, seen)`` gives P(correct), shape
+        ``(n_models, n_queries)``, as the router routes by, where ``seen`` holds
+        each model's evaluations the embeddings were built from (empty for a
+        model left out), for whatever else the router fits on them.
     cost : ndarray of shape (n_models,)
 
     Returns
@@ -74,7 +76,9 @@ def held_out_curve(ragged, embeddings, embed, probabilities, cost):
         for i, (codes, values) in enumerate(sets):
             mine = fold[codes] == half
             scores[i, [column[c] for c in codes[mine]]] = values[mine]
-        predicted = np.array(probabilities(z, [queries[c] for c in held]), copy=True)
+        predicted = np.array(
+            probabilities(z, [queries[c] for c in held], seen), copy=True
+        )
         left_out = np.setdiff1d(np.arange(n_models), kept)
         predicted[left_out] = -np.inf  # never chosen: not held out from this half
         half_costs, half_qualities, counts = route_points(

@@ -13,8 +13,8 @@ docs/research/budget.md). The router fits one head per model and predicts
 with, for each model, the head's penalty chosen from :data:`PENALTIES` by its
 2-fold held-out log loss, and one blend weight ``w`` for the pool chosen by the
 held-out log loss of every head's out-of-fold logits against LOCUS's. A model
-with fewer than :data:`MIN_EVALUATIONS` evaluations, or with scores all on one
-side of 0.5, gets no head (``w_m = 0``): LOCUS alone.
+with fewer than :data:`MIN_EVALUATIONS` evaluations, or with fewer than 8 on
+either side of 0.5, gets no head (``w_m = 0``): LOCUS alone.
 
 LOCUS's logits in the blend come from the embedding of the model's whole set, so
 they have seen the queries they are scored on and look somewhat better than they
@@ -31,10 +31,13 @@ from sklocus._groups import logits
 # Penalties on the head's squared weights, in units of the summed log loss of its
 # evaluations (sklearn's LogisticRegression with C = 1 / penalty), largest first:
 # each fit starts from the last one's solution.
-PENALTIES = (1000.0, 300.0, 100.0, 30.0, 10.0, 3.0, 1.0)
+PENALTIES = (1000.0, 100.0, 10.0, 1.0)
 # Fewest evaluations, and fewest on each side of 0.5, of a model with a head.
 MIN_EVALUATIONS = 64
 _MIN_PER_CLASS = 8
+# L-BFGS stops when a step improves the penalised log loss by less than this
+# fraction of it: far below what moves a prediction.
+_TOLERANCE = 1e-6
 
 
 def _log_loss(z, y):
@@ -47,11 +50,12 @@ def _fit_head(x, y, penalty, start=None):
     n_features = x.shape[1]
 
     def loss_and_gradient(theta):
-        z = x @ theta[:n_features] + theta[n_features]
-        residual = 1.0 / (1.0 + np.exp(-z)) - y
         weights = theta[:n_features]
+        # The products in float32 (x is), the sums in float64.
+        z = (x @ weights.astype(np.float32)).astype(np.float64) + theta[n_features]
+        residual = 1.0 / (1.0 + np.exp(-z)) - y
         gradient = np.empty_like(theta)
-        gradient[:n_features] = x.T @ residual + penalty * weights
+        gradient[:n_features] = x.T @ residual.astype(np.float32) + penalty * weights
         gradient[n_features] = residual.sum()
         return _log_loss(z, y) + 0.5 * penalty * (weights @ weights), gradient
 
@@ -62,7 +66,7 @@ def _fit_head(x, y, penalty, start=None):
         start,
         jac=True,
         method="L-BFGS-B",
-        options={"maxiter": 500},
+        options={"maxiter": 500, "ftol": _TOLERANCE},
     ).x
 
 
@@ -117,7 +121,7 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
         the head fitted on the other fold, at the chosen penalty); NaN where the
         model has no head or no evaluation.
     """
-    vectors = np.asarray(vectors, dtype=np.float64)
+    vectors = np.asarray(vectors, dtype=np.float32)
     n_models = scores.shape[1]
     weights = np.zeros((n_models, vectors.shape[1]), dtype=np.float32)
     biases = np.zeros(n_models, dtype=np.float32)

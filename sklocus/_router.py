@@ -293,7 +293,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         evaluations, and blend its logits with LOCUS's (:mod:`sklocus._query_heads`):
         the head's penalty is chosen per model and the blend for the pool, both on
         held-out halves of the evaluations; a model with fewer than 64
-        evaluations keeps LOCUS's predictions alone. ``"auto"`` fits heads on pools
+        evaluations (or fewer than 8 on either side of 0.5) keeps LOCUS's
+        predictions alone. ``"auto"`` fits heads on pools
         of fewer than 100 models, where each model's evaluations are what a team
         has most of; it costs a few seconds per thousand evaluations of each
         model at ``fit`` and :meth:`add_models`. Needs a
@@ -302,14 +303,14 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     calibration_method : {"isotonic", "sigmoid"} or None, default=None
         Map the router's probabilities through a
         :class:`~sklocus.calibration.ProbabilityCalibrator` of this method, fitted
-        at ``fit`` on held-out predictions of the pool's own evaluations: each
-        model's evaluations predicted from an embedding of the other half (and,
-        with query heads, by heads fitted on the other fold), so that a predicted
-        0.8 comes true about 8 times in 10 (:ref:`calibrated_probabilities`). The
-        map is monotone and the same for every model, so it leaves the likeliest
-        model of each query as it was, and moves what thresholds, budgets and
-        weights of cost choose. Costs two more embeddings of each model at
-        ``fit``; models added later are mapped alike.
+        at ``fit`` on the pool's own evaluations, each predicted from an
+        embedding of the other half of its model's evaluations (and, with query
+        heads, by heads fitted on the other fold), so that a predicted 0.8 comes
+        true about 8 times in 10 (:ref:`calibrated_probabilities`). The map is
+        increasing and the same for every model, so it leaves the likeliest model
+        of each query as it was (up to the router's tie tolerance), and moves
+        what thresholds, budgets and weights of cost choose. Costs two more
+        embeddings of each model at ``fit``; models added later are mapped alike.
 
     Attributes
     ----------
@@ -466,8 +467,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         The same router as ``fit(queries, Y)`` with ``Y`` the dense table of these
         sets, without building that table: what a pool read as evaluation sets or a
         long table (:func:`~sklocus.evaluations.from_long`) needs, however many
-        models it holds. Only ``calibrate=True`` and ``query_groups``, which compare
-        each model's scores with its predictions query by query, build it.
+        models it holds. Only query heads, ``calibrate=True``,
+        ``calibration_method`` and ``query_groups``, which compare each model's
+        scores with its predictions query by query, build it.
 
         Read more in the :ref:`User Guide <routing>`.
 
@@ -521,7 +523,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         """
         if self.min_probability is not None or self.budget is not None:
             _check_policy(self.cost_weight, self.min_probability, self.budget, cost)
-
+        self._heads_on(len(names))  # refuses query_heads=True without a LOCUS
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
             warnings.warn(
@@ -588,13 +590,22 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     def _choose_budget_weight(self, evaluation_sets, cost):
         """Set ``budget_curve_`` and ``budget_cost_weight_``, as ``budget`` says."""
 
-        def probabilities(embeddings, queries):
+        def probabilities(embeddings, queries, seen):
+            # Query heads, like the embeddings, from the seen half alone (under
+            # the pool's blend): heads of every evaluation would have seen the
+            # queries they are scored on.
+            heads = self._heads()
+            if heads is not None:
+                scores, seen_queries = to_matrix(seen)
+                heads = self._fit_heads(
+                    embeddings, self.model_offsets_, seen_queries, scores.T
+                )[:3]
             chunks = [
                 self._base_probabilities(
                     embeddings,
                     self.model_offsets_,
                     queries[i : i + _QUERY_CHUNK],
-                    self._heads(),
+                    heads,
                 )
                 for i in range(0, len(queries), _QUERY_CHUNK)
             ]
@@ -943,8 +954,6 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         cost_weight=None,
         min_probability=None,
         budget=None,
-        query_heads="auto",
-        calibration_method=None,
     ):
         """Choose a model for each query.
 
@@ -1133,10 +1142,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     # -- changing the pool ------------------------------------------------------
 
     def add_models(self, evaluation_sets, names, cost=None, query_groups=None):
-        """Onboard models: embed them as ``fit`` does, with no training.
+        """Onboard models: embed them as ``fit`` does, with no training of LOCUS.
 
-        New embeddings are refined as ``refine_steps`` says; existing embeddings
-        do not change.
+        New embeddings are refined as ``refine_steps`` says, and new models get
+        query heads (under the pool's blend) when the router has them; existing
+        embeddings and heads do not change.
 
         Parameters
         ----------

@@ -7,9 +7,11 @@ over- or under-confidence. As :class:`sklearn.calibration.CalibratedClassifierCV
 does for a classifier, :class:`ProbabilityCalibrator` learns a monotone map from
 predictions to probabilities on pairs the predictor did not fit, either a sigmoid
 of the logit (Platt's two parameters) or an isotonic step function, and applies it
-to new predictions. :class:`~sklocus.LocusRouter` fits one on held-out halves of its
-pool's evaluations with ``calibration_method``; for an embedder, fit one on models
-and queries it never saw.
+to new predictions. :class:`~sklocus.LocusRouter` fits one with
+``calibration_method`` on its pool's evaluations, each predicted from an embedding
+of the other half of its model's evaluations (the network itself may have been
+trained on the pool); for an embedder, fit one on models and queries it never
+saw.
 
 Read more in the :ref:`User Guide <calibrated_probabilities>`.
 """
@@ -167,5 +169,12 @@ def _fit_sigmoid(z, y):
         loss = float(np.sum(np.logaddexp(0.0, t) - y * t))
         return loss, np.array([residual @ z, residual.sum()])
 
-    found = minimize(loss_and_gradient, np.array([1.0, 0.0]), jac=True, method="BFGS")
+    # A slope of at least 0 keeps the map increasing: never reverses an order.
+    found = minimize(
+        loss_and_gradient,
+        np.array([1.0, 0.0]),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(0.0, None), (None, None)],
+    )
     return float(found.x[0]), float(found.x[1])

@@ -213,6 +213,33 @@ def test_route_within_a_budget_picks_what_the_library_picks(workspace, capsys):
     assert routes["model"].tolist() == router.predict(data.query_ids[:25]).tolist()
 
 
+def test_route_with_calibrated_probabilities(workspace, capsys):
+    folder, data, *_ = workspace
+    succeeded(
+        in_process(
+            "route",
+            "model.sklocus",
+            "evals.csv",
+            "queries.csv",
+            "-o",
+            "calibrated.csv",
+            "-k",
+            "2",
+            "--calibration",
+            "sigmoid",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    routes = pd.read_csv(folder / "calibrated.csv")
+    embedder = load_model_file(folder / "model.sklocus")
+    router = LocusRouter(FrozenEstimator(embedder), calibration_method="sigmoid")
+    router.fit_evaluations(data.evaluation_sets, data.model_names)
+    models, probabilities = router.rank_models(data.query_ids[:25], k=2)
+    assert routes["model"].tolist() == models[:, 0].tolist()
+    np.testing.assert_allclose(routes["p_1"], probabilities[:, 0], rtol=1e-5)
+
+
 def test_route_reads_a_text_file_of_queries(workspace, capsys):
     folder, data, *_ = workspace
     (folder / "few.txt").write_text("\n".join(data.query_ids[5:8]) + "\n")

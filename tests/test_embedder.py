@@ -787,10 +787,9 @@ def test_small_pools_validate_every_model_on_held_out_queries(data, settings, it
 @pytest.mark.parametrize(
     "n_models, evaluations, epochs, draws",
     [
-        # 48 models with 40-150 evaluations: fewer than 16 x 1,024 evaluations.
-        (48, None, 20, 1024),
-        # 20 models with 1,200 evaluations each: one draw per 16 evaluations.
-        (20, 1200, 20, 20 * 1200 // 16),
+        # Small pools: 10 epochs of 1,024 draws, however many evaluations.
+        (48, None, 10, 1024),
+        (20, 1200, 10, 1024),
         # 100 models: a large pool, 10 epochs of 4,096 draws.
         (100, None, 10, 4096),
     ],

@@ -298,7 +298,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         (
             lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
-            r"formats up to 3\. Load it with a newer sklocus",
+            r"formats up to 4\. Load it with a newer sklocus",
         ),
         (
             lambda h: h["estimator"].update({"class": ["x"]}),
@@ -606,14 +606,14 @@ def test_a_loaded_embedder_can_be_fine_tuned(fitted, data, tmp_path):
 
 
 def test_a_file_of_an_earlier_format_is_refused(fitted, tmp_path):
-    """Formats 1 and 2 came only from development builds before the first release."""
+    """Formats 1 to 3 came only from development builds before the first release."""
     path = tmp_path / "router.sklocus"
     sklocus.save(fitted["router"], path)
-    rewrite(path, lambda h: h.update({"format_version": 2}))
+    rewrite(path, lambda h: h.update({"format_version": 3}))
     with pytest.raises(
         ModelFileError,
-        match=r"in model file format 2, which sklocus .* does not read \(it reads "
-        r"format 3\)\. Refit the estimator and save it again",
+        match=r"in model file format 3, which sklocus .* does not read \(it reads "
+        r"format 4\)\. Refit the estimator and save it again",
     ):
         sklocus.load(path)
 

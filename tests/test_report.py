@@ -143,6 +143,17 @@ def test_a_map_without_costs_offers_no_budgets():
     assert budgets["by"] == "cost"
 
 
+def test_the_reliability_of_held_out_predictions(pool):
+    data, Z, test, page = pool
+    reliability = page["reliability"]
+    counts = np.array(reliability["counts"])
+    assert counts.sum() == sum(q in set(test) for e in data.evaluation_sets for q in e)
+    assert len(reliability["predicted"]) == len(reliability["observed"]) == len(counts)
+    assert all(0 <= p <= 1 for p in reliability["predicted"] + reliability["observed"])
+    gaps = np.abs(np.subtract(reliability["predicted"], reliability["observed"]))
+    assert reliability["ece"] == pytest.approx(gaps @ counts / counts.sum(), abs=1e-3)
+
+
 def test_convergence_shrinks_as_evaluations_are_added(pool):
     data, _, _, page = pool
     convergence = page["convergence"]
@@ -171,7 +182,7 @@ def test_color_by_a_metadata_column():
     by_name = map_data(Z, names, metadata=many, color="name")["color"]
     assert len(by_name["labels"]) == 12 and "other" in by_name["labels"]
     assert page["n_evaluations"] is None and page["convergence"] is None
-    assert page["portfolio"]["full_pool"] is None
+    assert page["portfolio"]["full_pool"] is None and page["reliability"] is None
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,12 @@ def make_map_data(n_models, *, random_state=0, k_neighbours=5):
             },
         },
         "convergence": {"n": convergence_n, "distance": convergence},
+        "reliability": {
+            "predicted": [0.1, 0.3, 0.5, 0.7, 0.9],
+            "observed": [0.15, 0.3, 0.45, 0.72, 0.85],
+            "counts": [40, 60, 80, 60, 40],
+            "ece": 0.0312,
+        },
     }
 
 
@@ -198,6 +204,14 @@ def test_page_loads_offline_without_errors(map_page, data):
     assert "sklocus 9.8.7" in map_page.page.inner_text("footer")
     assert map_page.errors == []
     assert map_page.attempted_requests == []
+
+
+def test_the_reliability_diagram_shows_its_bins_and_error(map_page, data):
+    assert map_page.page.inner_text("#reliability-ece") == "0.031"
+    traces = map_page.page.evaluate(
+        "document.getElementById('reliability-chart').data.map(t => t.y)"
+    )
+    assert traces == [[0, 1], data["reliability"]["observed"]]
 
 
 def test_scatter_holds_one_point_per_model(map_page, data):

@@ -188,6 +188,15 @@ def inconsistency(estimator):
                 return "budget_curve_ is not 3 rows of finite numbers"
             if not 0 <= estimator.budget_cost_weight_ < np.inf:
                 return f"budget_cost_weight_ is {estimator.budget_cost_weight_}"
+        if (estimator.calibration_method is None) != (
+            estimator.probability_calibrator_ is None
+        ):
+            return "calibration_method and probability_calibrator_ do not agree"
+        if (
+            estimator.probability_calibrator_ is not None
+            and estimator.probability_calibrator_.method != estimator.calibration_method
+        ):
+            return "probability_calibrator_ is not of calibration_method's method"
         heads = (
             estimator.head_weights_,
             estimator.head_biases_,

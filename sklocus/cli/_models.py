@@ -212,17 +212,20 @@ def build_router(
     groups=None,
     min_probability=None,
     budget=None,
+    calibration=None,
 ):
     """Build a router over the pool of ``evaluations`` with a trained embedder.
 
     ``groups`` maps a query of the pool to its group (``LocusRouter``'s
-    ``query_groups``); a query it lacks has none.
+    ``query_groups``); a query it lacks has none. ``calibration`` is the
+    router's ``calibration_method``.
     """
     router = LocusRouter(
         FrozenEstimator(embedder),
         cost_weight=cost_weight,
         min_probability=min_probability,
         budget=budget,
+        calibration_method=calibration,
     )
     return router.fit_evaluations(
         evaluations.sets,
@@ -323,6 +326,7 @@ def run_route(arguments):
             pool_groups,
             arguments.min_probability,
             arguments.budget,
+            arguments.calibration,
         )
         models, probabilities = router.rank_models(
             queries,

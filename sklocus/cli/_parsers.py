@@ -190,6 +190,13 @@ def _add_model_commands(commands):
         help="each query's benchmark, subject or category, a column of EVALS and "
         "of QUERIES: the router corrects each model's predictions per group",
     )
+    choice.add_argument(
+        "--calibration",
+        choices=("isotonic", "sigmoid"),
+        help="map the router's probabilities through a calibrator of this method, "
+        "fitted on held-out halves of the pool's evaluations (what "
+        "--min-probability and --budget read as probabilities)",
+    )
     policy = choice.add_mutually_exclusive_group()
     policy.add_argument(
         "--cost-weight",
@@ -425,6 +432,12 @@ def _add_serve_command(commands):
         help="with EVALS: each query's benchmark, subject or category, a column of "
         "EVALS, read as text: the router corrects each model's predictions per "
         "group, and requests may give query_groups",
+    )
+    server.add_argument(
+        "--calibration",
+        choices=("isotonic", "sigmoid"),
+        help="with EVALS: map the router's probabilities through a calibrator of "
+        "this method, fitted on held-out halves of the pool's evaluations",
     )
     policy = server.add_mutually_exclusive_group()
     policy.add_argument(

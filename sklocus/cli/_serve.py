@@ -31,6 +31,7 @@ def _router_from(arguments):
             "group_column",
             "min_probability",
             "budget",
+            "calibration",
         ):
             if getattr(arguments, option) is not None:
                 flag = "--" + option.replace("_", "-")
@@ -62,6 +63,7 @@ def _router_from(arguments):
         _pool_groups(arguments, evaluations),
         arguments.min_probability,
         arguments.budget,
+        arguments.calibration,
     )
     target = None
     if arguments.router_file is not None:

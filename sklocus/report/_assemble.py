@@ -23,7 +23,11 @@ from sklocus.geometry import (
     model_distances,
     nearest_models,
 )
-from sklocus.metrics import routing_accuracy
+from sklocus.metrics import (
+    expected_calibration_error,
+    reliability_curve,
+    routing_accuracy,
+)
 
 # Numbers in the page keep this many digits: enough to read, and the file of
 # 5,949 models stays small.
@@ -309,6 +313,7 @@ def map_data(
             Z, embedder, held, queries, test_queries, max_portfolio, cost
         ),
         "convergence": None,
+        "reliability": _reliability(Z, embedder, held, queries, test_queries),
     }
     if evaluation_sets is not None:
         data["n_evaluations"] = [len(e) for e in train]
@@ -376,6 +381,33 @@ def _router_of_portfolios(Z, embedder, held, queries, test_queries):
     observed, _ = to_matrix(held, queries=held_queries)
     predicted = embedder.predict_correctness(Z, held_queries)
     return lambda chosen: _routing(observed[chosen], predicted[chosen])
+
+
+def _reliability(Z, embedder, held, queries, test_queries, n_bins=10):
+    """Return the embedder's reliability on the held-out evaluations, or None.
+
+    Each model's held-out scores against its predicted P(correct): the
+    reliability curve's bins (:func:`sklocus.metrics.reliability_curve`) and the
+    expected calibration error.
+    """
+    if embedder is None or held is None or not test_queries:
+        return None
+    test = set(test_queries)
+    held_queries = [q for q in queries if q in test]
+    if not held_queries:
+        return None
+    observed, _ = to_matrix(held, queries=held_queries)
+    predicted = embedder.predict_correctness(Z, held_queries)
+    bins = reliability_curve(observed, predicted, n_bins=n_bins)
+    mean_predicted, mean_observed, counts = bins
+    return {
+        "predicted": _rounded(mean_predicted),
+        "observed": _rounded(mean_observed),
+        "counts": [int(c) for c in counts],
+        "ece": round(
+            float(expected_calibration_error(observed, predicted, n_bins=n_bins)), 4
+        ),
+    }
 
 
 def _check_cost(cost, metadata, names):

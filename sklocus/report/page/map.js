@@ -315,6 +315,29 @@
     showPortfolio();
   }
 
+  // Predicted P(correct) against the observed rate on held-out queries.
+  function buildReliability() {
+    const reliability = data.reliability;
+    if (!reliability) return;
+    document.getElementById("reliability").hidden = false;
+    document.getElementById("reliability-ece").textContent =
+      reliability.ece.toFixed(3);
+    Plotly.newPlot(document.getElementById("reliability-chart"), [{
+      type: "scatter", mode: "lines", x: [0, 1], y: [0, 1],
+      line: { dash: "dot", color: "#999" }, hoverinfo: "skip", showlegend: false,
+    }, {
+      type: "scatter", mode: "lines+markers",
+      x: reliability.predicted, y: reliability.observed,
+      customdata: reliability.counts, showlegend: false,
+      hovertemplate: "predicted %{x:.2f}, observed %{y:.2f} " +
+        "(%{customdata} pairs)<extra></extra>",
+    }], {
+      margin: { l: 45, r: 5, t: 20, b: 35 },
+      xaxis: { range: [0, 1], title: { text: "predicted P(correct)" } },
+      yaxis: { range: [0, 1], title: { text: "observed" } },
+    }, plotConfig);
+  }
+
   function buildSearch() {
     const names = document.getElementById("model-names");
     const options = data.models.map(function (name) {
@@ -348,6 +371,7 @@
   buildLegend();
   buildMap();
   buildPortfolio();
+  buildReliability();
   buildSearch();
   document.querySelector("aside").addEventListener("click", followModelLinks);
   document.querySelector("aside").addEventListener("keydown", followModelLinks);
