@@ -228,6 +228,11 @@ def measure(pool, source, folder, seed, cache, overrides):
         "fit_seconds": round(fit_seconds + router_seconds[LOCUS], 1),
         "embedder_seconds": round(fit_seconds, 1),
         "best single model": float(model_qualities[best]),
+        # How far the test questions move each model's accuracy from the train
+        # questions': a shift no calibration fitted on train evaluations sees.
+        "accuracy shift": float(
+            np.mean(np.abs(np.nanmean(pool.train, axis=1) - model_qualities))
+        ),
         "random mixing": {
             "aiq": aiq(model_costs, model_qualities, cost_range=span),
             "quality at dearest": float(
@@ -287,6 +292,9 @@ def report(rows, sources):
             f"{[row['seed'] for row in mine]}",
             "",
             f"Best single model {np.mean([r['best single model'] for r in mine]):.3f}"
+            f"; the test questions move a model's accuracy from its train accuracy "
+            f"by {np.mean([r.get('accuracy shift', np.nan) for r in mine]):.3f} "
+            "on average (either way)"
             f"; LOCUS fit (embedder and default router) "
             f"{np.mean([r['fit_seconds'] for r in mine]):.0f} s.",
             "",
