@@ -61,6 +61,7 @@ from sklearn.neural_network import MLPClassifier
 
 from benchmarks.provenance import commit
 from research import baselines
+from research.json_lines import read_rows
 from research.small_pools import (
     ENCODER,
     Pool,
@@ -337,12 +338,7 @@ def main():
     parser.add_argument("--page", type=Path, default=Path("docs/research/budget.md"))
     arguments = parser.parse_args()
     if arguments.report:
-        rows = [
-            json.loads(line)
-            for path in arguments.report
-            for line in path.read_text().splitlines()
-            if line.strip()
-        ]
+        rows = read_rows(arguments.report)
         arguments.page.write_text(report(rows, arguments.report))
         return
     overrides = parse_settings(arguments.set)

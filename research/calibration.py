@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmarks.provenance import commit
 from research import openllm_data
+from research.json_lines import read_rows
 from research.pools import fitted_embedder
 from sklocus.calibration import ProbabilityCalibrator
 from sklocus.cli import parse_settings
@@ -142,12 +143,7 @@ def main():
     )
     arguments = parser.parse_args()
     if arguments.report:
-        rows = [
-            json.loads(line)
-            for path in arguments.report
-            for line in path.read_text().splitlines()
-            if line.strip()
-        ]
+        rows = read_rows(arguments.report)
         arguments.page.write_text(report(rows, arguments.report))
         return
     overrides = parse_settings(arguments.set)

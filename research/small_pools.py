@@ -63,6 +63,7 @@ from sklearn.model_selection import GridSearchCV, KFold
 import sklocus
 from benchmarks.provenance import commit
 from research import baselines
+from research.json_lines import read_rows
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.cli import parse_settings
 from sklocus.datasets import load_evaluations
@@ -340,12 +341,7 @@ def main():
     )
     arguments = parser.parse_args()
     if arguments.report:
-        rows = [
-            json.loads(line)
-            for path in arguments.report
-            for line in path.read_text().splitlines()
-            if line.strip()
-        ]
+        rows = read_rows(arguments.report)
         Path("docs/research/small-pools.md").write_text(report(rows, arguments.report))
         return
     overrides = parse_settings(arguments.set)
