@@ -50,7 +50,7 @@ price = data.models.set_index("model").loc[data.model_names, "input_price"]
 embedder = LocusEmbedder(query_encoder=data.encoder, max_epochs=4, random_state=0)
 router = LocusRouter(embedder, budget=0.3)
 router.fit_evaluations(train_sets, data.model_names, cost=price)
-print(f"query heads' weight against LOCUS: {router.head_blends_.max():.2f}")
+print(f"query heads' weight against LOCUS: {router.head_blend_:.2f}")
 
 # %%
 # Cost against quality on the test questions

@@ -120,6 +120,8 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
         Each head's out-of-fold logit of each of its model's evaluations (from
         the head fitted on the other fold, at the chosen penalty); NaN where the
         model has no head or no evaluation.
+    blend : float
+        The pool's blend weight, as given or chosen.
     """
     vectors = np.asarray(vectors, dtype=np.float32)
     n_models = scores.shape[1]
@@ -144,7 +146,7 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
     if blend is None:
         blend = choose_blend(held)
     blends = np.where(with_head, blend, 0.0).astype(np.float32)
-    return weights, biases, blends, held_out
+    return weights, biases, blends, held_out, blend
 
 
 def choose_blend(held):

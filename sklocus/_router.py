@@ -58,7 +58,7 @@ _QUERY_CHUNK = 8192
 # What calibrate=True fits (None otherwise).
 _CALIBRATION = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
 # What query heads fit (None otherwise).
-_HEADS = ("head_weights_", "head_biases_", "head_blends_")
+_HEADS = ("head_weights_", "head_biases_", "head_blends_", "head_blend_")
 
 
 def check_cost(cost, names):
@@ -345,8 +345,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     head_biases_ : ndarray of shape (n_models,), float32, or None
         Each head's bias.
     head_blends_ : ndarray of shape (n_models,), float32, or None
-        Each model's weight of its head against LOCUS on the logit scale: the
-        pool's chosen weight, or 0 for a model with no head.
+        Each model's weight of its head against LOCUS on the logit scale:
+        ``head_blend_``, or 0 for a model with no head.
+    head_blend_ : float or None
+        With query heads: the pool's weight of the heads, chosen in ``fit``
+        and given to the heads of models added later, whichever models remain.
     probability_calibrator_ : ProbabilityCalibrator or None
         With ``calibration_method``: the map applied to every prediction.
 
@@ -552,7 +555,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             setattr(self, name, None)
         if self._heads_on(len(names)):
             queries, scores = table
-            *heads, head_held_out = self._fit_heads(
+            *heads, head_held_out, self.head_blend_ = self._fit_heads(
                 self.embeddings_, self.model_offsets_, queries, scores
             )
             self.head_weights_, self.head_biases_, self.head_blends_ = heads
@@ -766,10 +769,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         def rows_of(j):
             return order[observed[order, j]]
 
-        blend = None
-        if self._heads() is not None:
-            blend = float(self.head_blends_.max())
-        return fit_heads(vectors, scores, locus, rows_of, blend)
+        return fit_heads(
+            vectors, scores, locus, rows_of, getattr(self, "head_blend_", None)
+        )
 
     def _base_probabilities(self, embeddings, model_offsets, queries, heads=None):
         """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so.

@@ -31,13 +31,28 @@ def openllm_path():
     return SHARED_DATA
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def _is_example(nodeid):
+    return nodeid.startswith("tests/test_examples.py::")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Keep each test file on one xdist worker, so module fixtures fit once.
+    """Run the examples first: they are the longest tests (see the scheduler)."""
+    items.sort(key=lambda item: not _is_example(item.nodeid))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Send each test file to one xdist worker, so module fixtures fit once.
 
     The examples are the exception: each runs in a fresh process of its own and
-    shares nothing, so they spread over the workers.
+    shares nothing, so each is a unit of its own and they spread over the
+    workers, in collection order (``--no-loadscope-reorder``: examples first,
+    while the other files fill in around them). xdist's own ``loadgroup`` does
+    not group on pytest 9, whose node ids it can no longer rename.
     """
-    for item in items:
-        if item.get_closest_marker("examples") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return nodeid if _is_example(nodeid) else nodeid.split("::", 1)[0]
+
+    return FileScheduling(config, log)

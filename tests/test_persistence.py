@@ -352,6 +352,10 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             ),
             r"cost_weight holds an estimator, which it may not",
         ),
+        (
+            lambda h: h["estimator"]["fitted"].update({"head_blend_": 1.5}),
+            r"does not fit together: head_blend_ is 1.5, not in \[0, 1\]",
+        ),
     ],
     ids=[
         "foreign-class",
@@ -375,6 +379,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         "too-deep",
         "unfitted-embedder",
         "estimator-in-a-value",
+        "head-blend-out-of-range",
     ],
 )
 def test_a_tampered_description_is_refused(fitted, tmp_path, edit, message):

@@ -33,13 +33,14 @@ def _rows_of(scores):
 def test_heads_learn_what_locus_misses_and_the_blend_trusts_them():
     vectors, scores, truth = _linear_pool()
     locus = np.zeros(scores.shape)  # LOCUS knows nothing here
-    weights, biases, blends, held_out = fit_heads(
+    weights, biases, blends, held_out, blend = fit_heads(
         vectors, scores, locus, _rows_of(scores)
     )
     assert weights.shape == (3, 8) and weights.dtype == np.float32
     for fitted, true in zip(weights, truth):
         assert np.corrcoef(fitted, true)[0, 1] > 0.9
-    assert (blends > 0.8).all() and len(set(blends.tolist())) == 1
+    assert blend > 0.8
+    np.testing.assert_array_equal(blends, np.float32(blend))
     assert np.isfinite(held_out).all()  # every evaluation predicted out of fold
 
 
@@ -47,7 +48,7 @@ def test_the_blend_stays_with_locus_where_it_already_knows():
     vectors, scores, truth = _linear_pool(seed=1)
     locus = vectors @ truth.T  # LOCUS has the true logits
     noise = np.random.default_rng(2).normal(size=vectors.shape)
-    _, _, blends, _ = fit_heads(noise, scores, locus, _rows_of(scores))
+    _, _, blends, _, _ = fit_heads(noise, scores, locus, _rows_of(scores))
     assert (blends < 0.2).all()
 
 
@@ -55,7 +56,7 @@ def test_models_with_few_evaluations_or_one_sided_scores_get_no_head():
     vectors, scores, _ = _linear_pool()
     scores[MIN_EVALUATIONS - 1 :, 0] = np.nan  # too few evaluations
     scores[:, 1] = 1.0  # all correct: nothing to learn
-    weights, biases, blends, held_out = fit_heads(
+    weights, biases, blends, held_out, _ = fit_heads(
         vectors, scores, np.zeros(scores.shape), _rows_of(scores)
     )
     assert blends[0] == blends[1] == 0 and blends[2] > 0
@@ -69,10 +70,11 @@ def test_models_with_few_evaluations_or_one_sided_scores_get_no_head():
 
 def test_a_given_blend_is_kept():
     vectors, scores, _ = _linear_pool()
-    _, _, blends, _ = fit_heads(
+    _, _, blends, _, blend = fit_heads(
         vectors, scores, np.zeros(scores.shape), _rows_of(scores), blend=0.25
     )
     np.testing.assert_allclose(blends, 0.25)
+    assert blend == 0.25
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +111,8 @@ def test_heads_survive_saving_adding_and_removing_models(pool, tmp_path):
     np.testing.assert_array_equal(
         loaded.predict_correctness(queries), router.predict_correctness(queries)
     )
-    blend = float(router.head_blends_.max())
+    blend = router.head_blend_
+    assert blend > 0 and loaded.head_blend_ == blend
     names = list(Y.columns[4:])
     router.add_models(data.evaluation_sets[4:], names)
     assert router.head_weights_.shape[0] == 6
@@ -122,6 +125,18 @@ def test_heads_survive_saving_adding_and_removing_models(pool, tmp_path):
     router.remove_models(names[0])
     assert router.head_weights_.shape[0] == router.head_blends_.shape[0] == 5
     assert router.predict_correctness(queries[:3]).shape == (3, 5)
+
+
+def test_models_added_after_every_headed_model_left_get_the_pools_blend(pool):
+    data, queries, Y, frozen = pool
+    Y = Y.iloc[:, :3].copy()
+    Y.iloc[MIN_EVALUATIONS - 1 :, 0] = np.nan  # too few evaluations for a head
+    router = LocusRouter(frozen).fit(queries, Y)
+    assert router.head_blends_[0] == 0 and router.head_blend_ > 0
+    router.remove_models(list(Y.columns[1:]))
+    assert not router.head_blends_.any()  # no model with a head is left
+    router.add_models(data.evaluation_sets[3:5], list(data.model_names[3:5]))
+    np.testing.assert_array_equal(router.head_blends_[1:], np.float32(router.head_blend_))
 
 
 def test_fit_and_fit_evaluations_fit_the_same_heads(pool):

@@ -76,6 +76,7 @@ FITTED = {
         "head_weights_": (FLOATS_2D, NONE),
         "head_biases_": (Array("f", 1), NONE),
         "head_blends_": (Array("f", 1), NONE),
+        "head_blend_": (float, NONE),
         "probability_calibrator_": (ProbabilityCalibrator, NONE),
     },
     ProbabilityCalibrator: {
@@ -201,9 +202,13 @@ def inconsistency(estimator):
             estimator.head_weights_,
             estimator.head_biases_,
             estimator.head_blends_,
+            estimator.head_blend_,
         )
         if len({value is None for value in heads}) > 1:
-            return "head_weights_, head_biases_ and head_blends_ are not given together"
+            return (
+                "head_weights_, head_biases_, head_blends_ and head_blend_ are "
+                "not given together"
+            )
         if heads[0] is not None:
             query_dim = getattr(estimator.embedder_, "estimator", estimator.embedder_)
             query_dim = query_dim.query_dim_
@@ -213,8 +218,10 @@ def inconsistency(estimator):
                 return f"head_biases_ or head_blends_ are not one per model ({rows})"
             if not all(np.isfinite(values).all() for values in heads):
                 return "the query heads hold a number that is not finite"
-            if ((heads[2] < 0) | (heads[2] > 1)).any():
-                return "head_blends_ are not all in [0, 1]"
+            if not 0 <= heads[3] <= 1:
+                return f"head_blend_ is {heads[3]}, not in [0, 1]"
+            if not np.isin(heads[2], (0, np.float32(heads[3]))).all():
+                return "head_blends_ are not all head_blend_ or 0"
     elif isinstance(estimator, ProbabilityCalibrator):
         isotonic = estimator.method == "isotonic"
         steps = (estimator.x_thresholds_, estimator.y_thresholds_)
