@@ -28,6 +28,7 @@ from sklocus.nn.assembly import (
     ARCHITECTURE,
     release_training_state,
     training_network,
+    validation_query_mask,
 )
 from sklocus.nn.inference import (
     PRECISIONS,
@@ -55,7 +56,7 @@ _QUERY_CLUSTERS = 32
 # many, and 20 epochs of up to 4,096 draws (the schedule before 2026-12-03)
 # routed no better for 5 to 7 times the time (docs/research/budget.md).
 _SMALL_POOL = 100
-_SMALL_POOL_EPOCHS = 10
+_SMALL_POOL_EPOCHS = 8
 _SMALL_POOL_EPOCH_SIZE = 1024
 _LARGE_POOL_EPOCHS = 10
 _LARGE_POOL_EPOCH_SIZE = 4096
@@ -511,6 +512,17 @@ class LocusEmbedder(
             raise KeyboardInterrupt
         self.net_ = net
         release_training_state(self.net_)
+        # The queries the network never trained on, for a router to choose its
+        # query heads' blend on (sklocus._query_heads). Not saved in model files;
+        # after fine-tuning, the network may have trained on any of them.
+        mask = validation_query_mask(
+            len(ragged.queries), self.get_params(deep=False), schedule, seed
+        )
+        self._validation_queries = None
+        if mask is not None and previous is None:
+            self._validation_queries = frozenset(
+                ragged.queries[i] for i in np.flatnonzero(~mask)
+            )
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()

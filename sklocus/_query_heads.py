@@ -16,9 +16,14 @@ held-out log loss of every head's out-of-fold logits against LOCUS's. A model
 with fewer than :data:`MIN_EVALUATIONS` evaluations, or with fewer than 8 on
 either side of 0.5, gets no head (``w_m = 0``): LOCUS alone.
 
-LOCUS's logits in the blend come from the embedding of the model's whole set, so
-they have seen the queries they are scored on and look somewhat better than they
-will on new queries: the blend leans towards LOCUS, never away from it.
+On its training queries LOCUS is in-sample: the network trained on those very
+evaluations, and the embedding has seen them, so its logits there look better
+than they will on new queries, and a blend chosen on them leans to LOCUS (on 10
+Open LLM models it came out at 0). The router therefore chooses the blend, where
+it can, on the queries the embedder held out of its training for validation
+(``validation_queries``), against LOCUS's logits from embeddings of each model's
+other evaluations: predictions of LOCUS on queries it has seen nothing of, like
+the heads' out-of-fold ones.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ def _out_of_fold(x, y, fold):
     return found
 
 
-def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
+def fit_heads(vectors, scores, locus_logits, rows_of, blend=None, blend_on=None):
     """Fit one head per model and, unless given, the pool's blend weight.
 
     Parameters
@@ -109,6 +114,12 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
         not either.
     blend : float or None
         The pool's blend weight; None chooses it on the out-of-fold logits.
+    blend_on : tuple or None
+        ``(rows, logits)``: a boolean mask of the queries to choose the blend
+        on, and LOCUS's logits ``(n_queries, n_models)`` to choose it against
+        there (queries LOCUS never trained on, predicted from embeddings that
+        left them out). None, or no such row among the heads' evaluations,
+        chooses it on every evaluation against ``locus_logits``.
 
     Returns
     -------
@@ -129,6 +140,7 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
     biases = np.zeros(n_models, dtype=np.float32)
     with_head = np.zeros(n_models, dtype=bool)
     held = []  # (out-of-fold head logits, LOCUS logits, scores) of each head
+    held_apart = []  # the same, on blend_on's rows only
     held_out = np.full(scores.shape, np.nan)
     for j in range(n_models):
         rows = rows_of(j)
@@ -143,8 +155,14 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None):
         with_head[j] = True
         held.append((found[best], locus_logits[rows, j], y))
         held_out[rows, j] = found[best]
+        if blend_on is not None:
+            apart = blend_on[0][rows]
+            held_apart.append(
+                (found[best][apart], blend_on[1][rows[apart], j], y[apart])
+            )
     if blend is None:
-        blend = choose_blend(held)
+        usable = any(len(pairs[2]) for pairs in held_apart)
+        blend = choose_blend(held_apart if usable else held)
     blends = np.where(with_head, blend, 0.0).astype(np.float32)
     return weights, biases, blends, held_out, blend
 

@@ -542,9 +542,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.cost_ = cost
         for name in _CALIBRATION:
             setattr(self, name, None)
+        halves = None  # each model embedded from each half, computed once
+        if self.calibrate or self.calibration_method is not None:
+            halves = self._half_embeddings(*table)
         if self.calibrate:
             queries, scores = table
-            held = self._held_out_logits(queries, scores)
+            held = self._held_out_logits(queries, scores, halves)
             levels = self._levels(self.embeddings_, queries, scores)
             (
                 self.calibration_slope_,
@@ -562,7 +565,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.probability_calibrator_ = None
         if self.calibration_method is not None:
             queries, scores = table
-            held_out = self._held_out_matrix(queries, scores)
+            held_out = self._held_out_matrix(queries, scores, halves)
             if self._heads() is not None:
                 blends = self.head_blends_[None, :].astype(np.float64)
                 blended = (1.0 - blends) * held_out + blends * head_held_out
@@ -667,12 +670,15 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             embeddings.append(z)
         return half, embeddings
 
-    def _held_out_logits(self, queries, scores):
+    def _held_out_logits(self, queries, scores, halves=None):
         """Each model's evaluations predicted from an embedding of the other half.
 
         What the pool calibration is fitted on (:mod:`sklocus._calibration`).
+        ``halves`` is :meth:`_half_embeddings`' result, computed when not given.
         """
-        half, embeddings = self._half_embeddings(queries, scores)
+        if halves is None:
+            halves = self._half_embeddings(queries, scores)
+        half, embeddings = halves
 
         def predict(h, rows):
             chunk = [queries[i] for i in rows]
@@ -680,14 +686,15 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
 
         return held_out_pairs(predict, scores, half, _QUERY_CHUNK)
 
-    def _held_out_matrix(self, queries, scores):
+    def _held_out_matrix(self, queries, scores, halves):
         """LOCUS's held-out logits, ``(n_queries, n_models)``, NaN where none.
 
         Each observed pair is predicted from the embedding of the other half of
-        its model's evaluations, with the pool calibration's offsets when fitted:
-        what ``calibration_method``'s map is fitted on.
+        its model's evaluations (``halves``, :meth:`_half_embeddings`' result),
+        with the pool calibration's offsets when fitted: what
+        ``calibration_method``'s map is fitted on.
         """
-        half, embeddings = self._half_embeddings(queries, scores)
+        half, embeddings = halves
         both = in_both_halves(half)
         out = np.full(scores.shape, np.nan)
         for start in range(0, len(queries), _QUERY_CHUNK):
@@ -769,9 +776,45 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         def rows_of(j):
             return order[observed[order, j]]
 
-        return fit_heads(
-            vectors, scores, locus, rows_of, getattr(self, "head_blend_", None)
-        )
+        blend = getattr(self, "head_blend_", None)
+        blend_on = None
+        if blend is None:
+            blend_on = self._unseen_logits(queries, scores, vectors, model_offsets)
+        return fit_heads(vectors, scores, locus, rows_of, blend, blend_on)
+
+    def _unseen_logits(self, queries, scores, vectors, model_offsets):
+        """LOCUS's logits on the queries its network never trained on, or None.
+
+        Returns ``(unseen, logits)``: which of ``queries`` the embedder held out
+        of training for validation, and each model's logits on them from an
+        embedding of its other evaluations (NaN elsewhere); None when the
+        embedder holds no query out, or does not remember which (one loaded
+        from a model file), or a model has no other evaluation to embed.
+        """
+        inner = self._inner_embedder()
+        held_out = getattr(inner, "_validation_queries", None)
+        if not held_out:
+            return None
+        unseen = np.array([query in held_out for query in queries], dtype=bool)
+        observed = ~np.isnan(scores)
+        sets = [
+            {queries[i]: scores[i, j] for i in np.flatnonzero(observed[:, j] & ~unseen)}
+            for j in range(scores.shape[1])
+        ]
+        if not unseen.any() or not all(sets):
+            return None
+        rows = np.flatnonzero(unseen)
+        found = np.full(scores.shape, np.nan)
+        embeddings = inner._check_embeddings(self._embed(sets))
+        for start in range(0, len(rows), _QUERY_CHUNK):
+            chunk = rows[start : start + _QUERY_CHUNK]
+            probabilities = inner._predict(embeddings, vectors[chunk]).T
+            if model_offsets is not None:
+                probabilities = apply_calibration(
+                    probabilities, self.calibration_slope_, model_offsets
+                )
+            found[chunk] = logits(probabilities)
+        return unseen, found
 
     def _base_probabilities(self, embeddings, model_offsets, queries, heads=None):
         """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so.

@@ -68,6 +68,49 @@ def test_models_with_few_evaluations_or_one_sided_scores_get_no_head():
     np.testing.assert_allclose(blended[:, :2], 0.7, rtol=1e-6)
 
 
+def test_the_blend_is_chosen_on_queries_locus_never_trained_on():
+    vectors, scores, _ = _linear_pool()
+    memorised = np.where(scores > 0.5, 6.0, -6.0)  # LOCUS in-sample: perfect
+    *_, in_sample = fit_heads(vectors, scores, memorised, _rows_of(scores))
+    assert in_sample < 0.1
+    # On queries it never trained on, that LOCUS knows nothing.
+    unseen = np.arange(len(scores)) % 5 == 0
+    *_, chosen = fit_heads(
+        vectors,
+        scores,
+        memorised,
+        _rows_of(scores),
+        blend_on=(unseen, np.zeros(scores.shape)),
+    )
+    assert chosen > 0.8
+
+
+def test_a_router_knows_the_queries_its_embedder_held_out(tmp_path):
+    data = make_evaluations(
+        n_models=6, n_queries=200, evals_per_model=None, random_state=0
+    )
+    settings = dict(SMALL, validation_fraction="auto")  # small: holds out queries
+    embedder = LocusEmbedder(query_encoder=data.encoder, **settings)
+    held = embedder.fit(data.evaluation_sets)._validation_queries
+    assert len(held) == 20  # a tenth of the 200 queries
+    router = LocusRouter(FrozenEstimator(embedder))
+    router.fit_evaluations(data.evaluation_sets, data.model_names)
+    assert 0 <= router.head_blend_ <= 1
+    scores, queries = to_matrix(data.evaluation_sets)
+    vectors = embedder._encode(queries)
+    unseen, found = router._unseen_logits(queries, scores.T, vectors, None)
+    assert {queries[i] for i in np.flatnonzero(unseen)} == held
+    assert np.isfinite(found[unseen]).all() and np.isnan(found[~unseen]).all()
+    # A model file does not keep them: the blend is then chosen on every
+    # evaluation.
+    sklocus.save(embedder, tmp_path / "embedder.sklocus")
+    loaded = sklocus.load(tmp_path / "embedder.sklocus")
+    assert getattr(loaded, "_validation_queries", None) is None
+    fallback = LocusRouter(FrozenEstimator(loaded))
+    fallback.fit_evaluations(data.evaluation_sets, data.model_names)
+    assert fallback._unseen_logits(queries, scores.T, vectors, None) is None
+
+
 def test_a_given_blend_is_kept():
     vectors, scores, _ = _linear_pool()
     _, _, blends, _, blend = fit_heads(
@@ -136,7 +179,9 @@ def test_models_added_after_every_headed_model_left_get_the_pools_blend(pool):
     router.remove_models(list(Y.columns[1:]))
     assert not router.head_blends_.any()  # no model with a head is left
     router.add_models(data.evaluation_sets[3:5], list(data.model_names[3:5]))
-    np.testing.assert_array_equal(router.head_blends_[1:], np.float32(router.head_blend_))
+    np.testing.assert_array_equal(
+        router.head_blends_[1:], np.float32(router.head_blend_)
+    )
 
 
 def test_fit_and_fit_evaluations_fit_the_same_heads(pool):

@@ -77,6 +77,21 @@ def release_training_state(net):
             callback.best_model_weights_ = None
 
 
+def validation_query_mask(n_queries, params, schedule, seed):
+    """Training queries (True) and queries held out for validation (False).
+
+    None when the fit holds out no query: no validation (``schedule[0]`` is
+    None) or ``validation_queries=0``.
+    """
+    if schedule[0] is None or params["validation_queries"] <= 0:
+        return None
+    n_held = int(round(params["validation_queries"] * n_queries))
+    mask = np.ones(n_queries, dtype=bool)
+    rng = np.random.default_rng((seed, 1))
+    mask[rng.choice(n_queries, size=n_held, replace=False)] = False
+    return mask
+
+
 def training_network(params, ragged, vectors, *, seed, schedule, device):
     """Build the skorch network that trains a LOCUS network on ``ragged``.
 
@@ -126,13 +141,7 @@ def training_network(params, ragged, vectors, *, seed, schedule, device):
     # estimator) as they were, and two fits must not share their state.
     callbacks.extend(copy.deepcopy(list(params["callbacks"] or [])))
     sampling = (ragged, vectors, params["encoder_sizes"], params["decoder_size"], seed)
-    query_mask = None
-    if train_split is not None and params["validation_queries"] > 0:
-        n_queries = len(ragged.queries)
-        n_held = int(round(params["validation_queries"] * n_queries))
-        query_mask = np.ones(n_queries, dtype=bool)
-        rng = np.random.default_rng((seed, 1))
-        query_mask[rng.choice(n_queries, size=n_held, replace=False)] = False
+    query_mask = validation_query_mask(len(ragged.queries), params, schedule, seed)
     module_params = {name: params[name] for name in ARCHITECTURE}
     return locus_network(
         dict(module_params, query_dim=vectors.shape[1], dropout=params["dropout"]),
