@@ -53,8 +53,9 @@ _QUERY_CLUSTERS = 32
 # and train up to _SMALL_POOL_EPOCHS epochs of _SMALL_POOL_EPOCH_SIZE draws,
 # about a minute and a half on 2 CPU cores: a router over a small pool leans on
 # each model's own query heads (sklocus._query_heads) where its evaluations are
-# many, and 20 epochs of up to 4,096 draws (the schedule before 2026-12-03)
-# routed no better for 5 to 7 times the time (docs/research/budget.md).
+# many. 20 epochs of up to 4,096 draws (the schedule before 2026-12-03) routed
+# no better for 5 to 7 times the time, nor did 10 epochs for a quarter more
+# (docs/research/tuning.md).
 _SMALL_POOL = 100
 _SMALL_POOL_EPOCHS = 8
 _SMALL_POOL_EPOCH_SIZE = 1024
@@ -161,7 +162,8 @@ class LocusEmbedder(
     decoder_size : int, default=64
         Evaluations of each model used as targets at each training step.
     max_epochs : "auto" or int, default="auto"
-        Most training epochs; ``"auto"`` is 10. Early stopping often ends training
+        Most training epochs; ``"auto"`` is 10, and 8 on pools of fewer than 100
+        models (see ``epoch_size``). Early stopping often ends training
         sooner; the cap bounds the time of a fit: on the 5,949 Open LLM Leaderboard
         models an epoch takes 80-90 s on 2 CPU cores, and the held-out loss stops
         improving after 4-10 epochs (docs/research/tuning.md), so a default fit of
@@ -172,7 +174,7 @@ class LocusEmbedder(
         a fresh subset, so a small pool still gets that many distinct examples).
         ``"auto"`` is 4,096 on pools of 100 models or more and 1,024 on smaller
         ones, so that a default fit of a small pool takes about a minute and a
-        half on 2 CPU cores (the 9 LLMRouter models, 5,608 evaluations each: 85-95
+        half on 2 CPU cores (the 9 LLMRouter models, 5,608 evaluations each: 76-99
         s). A router over a small pool leans on each model's own query heads
         where its evaluations are many (:class:`~sklocus.LocusRouter`'s
         ``query_heads``); on such pools, 20 epochs of up to 4,096 draws routed no
@@ -211,7 +213,10 @@ class LocusEmbedder(
         Fraction of the *queries* kept out of training for validation: held-out
         models are embedded from their training queries and scored on these, the
         situation of onboarding. 0 validates held-out models on training queries
-        (and is refused with ``validation_fraction=0``).
+        (and is refused with ``validation_fraction=0``). A router with query
+        heads chooses their blend on these queries, which the network never
+        trained on (:class:`~sklocus.LocusRouter`'s ``query_heads``; an embedder
+        loaded from a model file no longer knows which they were).
     patience : int, default=5
         Epochs without improvement of the validation loss before training stops.
     device : str, default="auto"

@@ -292,7 +292,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         Fit each model's own logistic regression on the query encodings of its
         evaluations, and blend its logits with LOCUS's (:mod:`sklocus._query_heads`):
         the head's penalty is chosen per model and the blend for the pool, both on
-        held-out halves of the evaluations; a model with fewer than 64
+        held-out halves of the evaluations, the blend on the queries the embedder
+        held out of training where it knows them (LOCUS is in-sample on the
+        others; see the embedder's ``validation_queries``); a model with fewer than 64
         evaluations (or fewer than 8 on either side of 0.5) keeps LOCUS's
         predictions alone. ``"auto"`` fits heads on pools
         of fewer than 100 models, where each model's evaluations are what a team

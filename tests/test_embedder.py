@@ -787,9 +787,9 @@ def test_small_pools_validate_every_model_on_held_out_queries(data, settings, it
 @pytest.mark.parametrize(
     "n_models, evaluations, epochs, draws",
     [
-        # Small pools: 10 epochs of 1,024 draws, however many evaluations.
-        (48, None, 10, 1024),
-        (20, 1200, 10, 1024),
+        # Small pools: 8 epochs of 1,024 draws, however many evaluations.
+        (48, None, 8, 1024),
+        (20, 1200, 8, 1024),
         # 100 models: a large pool, 10 epochs of 4,096 draws.
         (100, None, 10, 4096),
     ],
