@@ -117,6 +117,11 @@ def _noise_range(value):
     )
 
 
+def _plain(query):
+    """Return a query id as a Python scalar (numpy's scalars as Python's)."""
+    return query.item() if isinstance(query, np.generic) else query
+
+
 class LocusEmbedder(
     VersionStampMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 ):
@@ -215,8 +220,8 @@ class LocusEmbedder(
         situation of onboarding. 0 validates held-out models on training queries
         (and is refused with ``validation_fraction=0``). A router with query
         heads chooses their blend on these queries, which the network never
-        trained on (:class:`~sklocus.LocusRouter`'s ``query_heads``; an embedder
-        loaded from a model file no longer knows which they were).
+        trained on (:class:`~sklocus.LocusRouter`'s ``query_heads``;
+        ``validation_queries_``).
     patience : int, default=5
         Epochs without improvement of the validation loss before training stops.
     device : str, default="auto"
@@ -283,6 +288,12 @@ class LocusEmbedder(
         fine-tuned), read by ``query_novelty``.
     query_radius_ : float
         Distance from their centre within which 95% of the training queries lie.
+    validation_queries_ : list or None
+        The queries held out of training for validation (``validation_queries``)
+        that the network never trained on, in the order of the training queries;
+        None when the fit held none out, and after fine-tuning (``warm_start``),
+        which may have trained on any. A router chooses its query heads' blend on
+        them, where LOCUS is not in-sample.
     embedding_scale_ : float
         Median Euclidean distance between two training models' forward-pass
         embeddings (of up to 1,024 of them), in the network's own units.
@@ -517,17 +528,9 @@ class LocusEmbedder(
             raise KeyboardInterrupt
         self.net_ = net
         release_training_state(self.net_)
-        # The queries the network never trained on, for a router to choose its
-        # query heads' blend on (sklocus._query_heads). Not saved in model files;
-        # after fine-tuning, the network may have trained on any of them.
-        mask = validation_query_mask(
-            len(ragged.queries), self.get_params(deep=False), schedule, seed
-        )
-        self._validation_queries = None
-        if mask is not None and previous is None:
-            self._validation_queries = frozenset(
-                ragged.queries[i] for i in np.flatnonzero(~mask)
-            )
+        self.validation_queries_ = None
+        if previous is None:  # fine-tuning may have trained on any query
+            self.validation_queries_ = self._unseen_queries(ragged, schedule, seed)
         # Inference never toggles the mode (that would race between threads that
         # share a fitted embedder); skorch sets the mode itself when it trains.
         self.net_.module_.eval()
@@ -552,6 +555,25 @@ class LocusEmbedder(
         """
         X = reusable(X)
         return self.fit(X, y).transform(X)
+
+    def _unseen_queries(self, ragged, schedule, seed):
+        """Return the held-out validation queries no model trained on, or None.
+
+        A model with no evaluation on a training query trains on all of its
+        evaluations (:class:`~sklocus.nn.training.SetCollator`), so its queries
+        are not unseen.
+        """
+        mask = validation_query_mask(
+            len(ragged.queries), self.get_params(deep=False), schedule, seed
+        )
+        if mask is None:
+            return None
+        unseen = ~mask
+        for model in range(ragged.n_sets):
+            codes = ragged.set_codes(model)
+            if not mask[codes].any():
+                unseen[codes] = False
+        return [_plain(ragged.queries[i]) for i in np.flatnonzero(unseen)]
 
     def _typical_distance(self, ragged, vectors, seed):
         """Median distance between the forward-pass embeddings of training models."""

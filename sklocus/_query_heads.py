@@ -23,7 +23,8 @@ Open LLM models it came out at 0). The router therefore chooses the blend, where
 it can, on the queries the embedder held out of its training for validation
 (``validation_queries``), against LOCUS's logits from embeddings of each model's
 other evaluations: predictions of LOCUS on queries it has seen nothing of, like
-the heads' out-of-fold ones.
+the heads' out-of-fold ones. (Early stopping picked the epoch on those queries,
+which flatters LOCUS a little there: the blend still leans, if at all, to LOCUS.)
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None, blend_on=None)
         ``(rows, logits)``: a boolean mask of the queries to choose the blend
         on, and LOCUS's logits ``(n_queries, n_models)`` to choose it against
         there (queries LOCUS never trained on, predicted from embeddings that
-        left them out). None, or no such row among the heads' evaluations,
+        left them out; NaN where a model has no such prediction). None, or fewer
+        than :data:`MIN_EVALUATIONS` such pairs among the heads' evaluations,
         chooses it on every evaluation against ``locus_logits``.
 
     Returns
@@ -156,12 +158,12 @@ def fit_heads(vectors, scores, locus_logits, rows_of, blend=None, blend_on=None)
         held.append((found[best], locus_logits[rows, j], y))
         held_out[rows, j] = found[best]
         if blend_on is not None:
-            apart = blend_on[0][rows]
+            apart = blend_on[0][rows] & np.isfinite(blend_on[1][rows, j])
             held_apart.append(
                 (found[best][apart], blend_on[1][rows[apart], j], y[apart])
             )
     if blend is None:
-        usable = any(len(pairs[2]) for pairs in held_apart)
+        usable = sum(len(pairs[2]) for pairs in held_apart) >= MIN_EVALUATIONS
         blend = choose_blend(held_apart if usable else held)
     blends = np.where(with_head, blend, 0.0).astype(np.float32)
     return weights, biases, blends, held_out, blend

@@ -787,35 +787,36 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     def _unseen_logits(self, queries, scores, vectors, model_offsets):
         """LOCUS's logits on the queries its network never trained on, or None.
 
-        Returns ``(unseen, logits)``: which of ``queries`` the embedder held out
-        of training for validation, and each model's logits on them from an
-        embedding of its other evaluations (NaN elsewhere); None when the
-        embedder holds no query out, or does not remember which (one loaded
-        from a model file), or a model has no other evaluation to embed.
+        Returns ``(unseen, logits)``: which of ``queries`` are the embedder's
+        ``validation_queries_``, and each model's logits on them from an
+        embedding of its other evaluations (NaN elsewhere, and for a model with
+        no other evaluation); None when the embedder has none of them.
         """
         inner = self._inner_embedder()
-        held_out = getattr(inner, "_validation_queries", None)
-        if not held_out:
-            return None
+        held_out = set(getattr(inner, "validation_queries_", None) or ())
         unseen = np.array([query in held_out for query in queries], dtype=bool)
+        if not unseen.any():
+            return None
         observed = ~np.isnan(scores)
         sets = [
             {queries[i]: scores[i, j] for i in np.flatnonzero(observed[:, j] & ~unseen)}
             for j in range(scores.shape[1])
         ]
-        if not unseen.any() or not all(sets):
+        embedded = np.array([bool(s) for s in sets])
+        if not embedded.any():
             return None
         rows = np.flatnonzero(unseen)
         found = np.full(scores.shape, np.nan)
-        embeddings = inner._check_embeddings(self._embed(sets))
+        embeddings = inner._check_embeddings(self._embed([s for s in sets if s]))
+        offsets = None if model_offsets is None else model_offsets[embedded]
         for start in range(0, len(rows), _QUERY_CHUNK):
             chunk = rows[start : start + _QUERY_CHUNK]
             probabilities = inner._predict(embeddings, vectors[chunk]).T
-            if model_offsets is not None:
+            if offsets is not None:
                 probabilities = apply_calibration(
-                    probabilities, self.calibration_slope_, model_offsets
+                    probabilities, self.calibration_slope_, offsets
                 )
-            found[chunk] = logits(probabilities)
+            found[np.ix_(chunk, np.flatnonzero(embedded))] = logits(probabilities)
         return unseen, found
 
     def _base_probabilities(self, embeddings, model_offsets, queries, heads=None):

@@ -40,6 +40,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not _is_example(item.nodeid))
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_make_scheduler(config, log):
     """Send each test file to one xdist worker, so module fixtures fit once.
 

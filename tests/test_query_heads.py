@@ -91,24 +91,26 @@ def test_a_router_knows_the_queries_its_embedder_held_out(tmp_path):
     )
     settings = dict(SMALL, validation_fraction="auto")  # small: holds out queries
     embedder = LocusEmbedder(query_encoder=data.encoder, **settings)
-    held = embedder.fit(data.evaluation_sets)._validation_queries
-    assert len(held) == 20  # a tenth of the 200 queries
+    held = embedder.fit(data.evaluation_sets).validation_queries_
+    assert len(held) == len(set(held)) == 20  # a tenth of the 200 queries
     router = LocusRouter(FrozenEstimator(embedder))
     router.fit_evaluations(data.evaluation_sets, data.model_names)
     assert 0 <= router.head_blend_ <= 1
     scores, queries = to_matrix(data.evaluation_sets)
     vectors = embedder._encode(queries)
     unseen, found = router._unseen_logits(queries, scores.T, vectors, None)
-    assert {queries[i] for i in np.flatnonzero(unseen)} == held
+    assert {queries[i] for i in np.flatnonzero(unseen)} == set(held)
     assert np.isfinite(found[unseen]).all() and np.isnan(found[~unseen]).all()
-    # A model file does not keep them: the blend is then chosen on every
-    # evaluation.
+    # A model file keeps them, so a router over the loaded embedder is the same.
     sklocus.save(embedder, tmp_path / "embedder.sklocus")
     loaded = sklocus.load(tmp_path / "embedder.sklocus")
-    assert getattr(loaded, "_validation_queries", None) is None
-    fallback = LocusRouter(FrozenEstimator(loaded))
-    fallback.fit_evaluations(data.evaluation_sets, data.model_names)
-    assert fallback._unseen_logits(queries, scores.T, vectors, None) is None
+    assert loaded.validation_queries_ == held
+    again = LocusRouter(FrozenEstimator(loaded))
+    again.fit_evaluations(data.evaluation_sets, data.model_names)
+    assert again.head_blend_ == router.head_blend_
+    # Fine-tuning may train on any query: none is left unseen.
+    embedder.set_params(warm_start=True, max_epochs=1).fit(data.evaluation_sets)
+    assert embedder.validation_queries_ is None
 
 
 def test_a_given_blend_is_kept():

@@ -39,8 +39,9 @@ __all__ = ["ModelFileError", "load", "save"]
 _FORMAT = "sklocus-estimator"
 # Bump when a file written now could not be read by an older sklocus. Formats 1
 # to 3 were written only by development builds before the first release, and
-# are refused (3 lacked the router's query heads and probability calibrator).
-_FORMAT_VERSION = 4
+# are refused (3 lacked the router's query heads and probability calibrator; 4,
+# the router's head_blend_ and the embedder's validation_queries_).
+_FORMAT_VERSION = 5
 _METADATA_KEY = "sklocus"
 # Deeper descriptions are refused before anything recurses into them.
 _MAX_DEPTH = 64

@@ -59,6 +59,7 @@ FITTED = {
         "query_centroids_": FLOATS_2D,
         "query_radius_": float,
         "embedding_scale_": float,
+        "validation_queries_": (list, NONE),
         "net_": NeuralNet,
     },
     LocusRouter: {
