@@ -17,7 +17,7 @@ mean what they say.
 #
 # The example runs in the test suite, so it encodes 1,000 of the 5,608 train
 # questions (MiniLM encodes about 50 a second on two CPU cores) and all 500 test
-# questions, and trains 4 epochs where the defaults train 10 (about a minute and
+# questions, and trains 2 epochs where the defaults train 8 (about a minute and
 # a half on the whole pool). Everything else is the defaults: ``LocusRouter``
 # trains a ``LocusEmbedder`` sized to the pool, refines each model's embedding
 # and, on a pool this small, blends each model's own logistic regression on the
@@ -47,7 +47,7 @@ keep = set(train_ids)
 train_sets = [{q: s for q, s in e.items() if q in keep} for e in data.evaluation_sets]
 price = data.models.set_index("model").loc[data.model_names, "input_price"]
 
-embedder = LocusEmbedder(query_encoder=data.encoder, max_epochs=4, random_state=0)
+embedder = LocusEmbedder(query_encoder=data.encoder, max_epochs=2, random_state=0)
 router = LocusRouter(embedder, budget=0.3)
 router.fit_evaluations(train_sets, data.model_names, cost=price)
 print(f"query heads' weight against LOCUS: {router.head_blend_:.2f}")
