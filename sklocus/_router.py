@@ -760,17 +760,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 for i in range(0, len(queries), _QUERY_CHUNK)
             ]
         )
-        locus = np.empty(scores.shape)
-        for start in range(0, len(queries), _QUERY_CHUNK):
-            rows = slice(start, start + _QUERY_CHUNK)
-            probabilities = inner._predict(
-                inner._check_embeddings(embeddings), vectors[rows]
-            ).T
-            if model_offsets is not None:
-                probabilities = apply_calibration(
-                    probabilities, self.calibration_slope_, model_offsets
-                )
-            locus[rows] = logits(probabilities)
+        locus = self._locus_logits(embeddings, model_offsets, vectors)
         keys = [query_sort_key(query) for query in queries]
         order = np.array(sorted(range(len(keys)), key=keys.__getitem__), dtype=int)
         observed = ~np.isnan(scores)
@@ -807,17 +797,26 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             return None
         rows = np.flatnonzero(unseen)
         found = np.full(scores.shape, np.nan)
-        embeddings = inner._check_embeddings(self._embed([s for s in sets if s]))
         offsets = None if model_offsets is None else model_offsets[embedded]
-        for start in range(0, len(rows), _QUERY_CHUNK):
-            chunk = rows[start : start + _QUERY_CHUNK]
-            probabilities = inner._predict(embeddings, vectors[chunk]).T
-            if offsets is not None:
-                probabilities = apply_calibration(
-                    probabilities, self.calibration_slope_, offsets
-                )
-            found[np.ix_(chunk, np.flatnonzero(embedded))] = logits(probabilities)
+        found[np.ix_(rows, np.flatnonzero(embedded))] = self._locus_logits(
+            self._embed([s for s in sets if s]), offsets, vectors[rows]
+        )
         return unseen, found
+
+    def _locus_logits(self, embeddings, model_offsets, vectors):
+        """LOCUS's logits ``(n_queries, n_models)`` on encoded queries, with offsets."""
+        inner = self._inner_embedder()
+        embeddings = inner._check_embeddings(embeddings)
+        found = np.empty((len(vectors), len(embeddings)))
+        for start in range(0, len(vectors), _QUERY_CHUNK):
+            rows = slice(start, start + _QUERY_CHUNK)
+            probabilities = inner._predict(embeddings, vectors[rows]).T
+            if model_offsets is not None:
+                probabilities = apply_calibration(
+                    probabilities, self.calibration_slope_, model_offsets
+                )
+            found[rows] = logits(probabilities)
+        return found
 
     def _base_probabilities(self, embeddings, model_offsets, queries, heads=None):
         """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so.
