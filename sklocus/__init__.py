@@ -21,6 +21,7 @@ _LAZY = {
     "LocusRouter": "sklocus._router",
     "ModelFileError": "sklocus._persistence",
     "PrecomputedEncoder": "sklocus.encoders",
+    "ScoreEstimator": "sklocus._score_estimation",
     "SentenceEncoder": "sklocus.encoders",
     "check_evaluation_sets": "sklocus.evaluations",
     "embed_parquet": "sklocus._streaming",
@@ -45,6 +46,7 @@ __all__ = [
     "LocusRouter",
     "ModelFileError",
     "PrecomputedEncoder",
+    "ScoreEstimator",
     "SentenceEncoder",
     "SklocusVersionWarning",
     "__version__",
@@ -80,6 +82,7 @@ if TYPE_CHECKING:  # what static tools and IDEs read in place of __getattr__
     from sklocus._embedder import LocusEmbedder
     from sklocus._persistence import ModelFileError, load, save
     from sklocus._router import LocusRouter
+    from sklocus._score_estimation import ScoreEstimator
     from sklocus._selection import (
         CoverageGreedySelector,
         KCenterSelector,

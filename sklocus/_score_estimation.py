@@ -1,0 +1,595 @@
+"""Estimate a model's scores from a few evaluations, and choose which to run next.
+
+:class:`ScoreEstimator` wraps a fitted :class:`~sklocus.LocusEmbedder` and a pool of
+reference models (typically the models the embedder was trained on). A new model's
+evaluations weight the reference models by how well each explains them
+(:mod:`sklocus._model_posterior`); the weighted references then predict the
+model's score on any group of queries, with an interval, and say which queries'
+outcomes would narrow those intervals most.
+
+The interval's width is not assumed: :meth:`ScoreEstimator.fit` hides most of the
+evaluations of some reference models, estimates their scores from the rest with
+every other reference model, and scales the intervals so that they cover the
+truth at ``confidence`` on half of them (split conformal prediction); the other
+half measures the coverage (``coverage_``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval
+from sklearn.utils.validation import check_is_fitted
+
+from sklocus._groups import check_query_groups
+from sklocus._model_posterior import (
+    greedy_variance_reduction,
+    group_moments,
+    group_sums,
+    posterior_weights,
+)
+from sklocus._validation import shown
+from sklocus._versioning import VersionStampMixin
+from sklocus.encoders import as_query_list
+from sklocus.evaluations import check_evaluation_sets
+
+__all__ = ["ScoreEstimator"]
+
+# Temperatures of the likelihood tried in fit; the one whose posterior predicts
+# the hidden evaluations of the calibration models best is kept.
+_TEMPERATURES = (1.0, 0.5, 0.25, 0.125, 0.0625)
+# Evaluations shown per calibration model (at most half of its evaluations).
+_SHOWN = (8, 32, 128)
+# At most this many calibration models, and queries per calibration model.
+_CALIBRATION_MODELS = 256
+_CALIBRATION_QUERIES = 1024
+# Queries predicted at once for every reference model (bounds memory).
+_QUERY_CHUNK = 2048
+# Predictions kept for queries asked about before, in bytes.
+_CACHE_BYTES = 256 * 2**20
+
+STRATEGIES = ("variance", "disagreement", "coverage", "random")
+
+
+class ScoreEstimator(VersionStampMixin, BaseEstimator):
+    """Estimate models' scores on groups of queries from a few evaluations each.
+
+    A model's evaluations weight a pool of reference models (their LOCUS
+    embeddings) by their likelihood; the weighted references predict the model's
+    outcome on every query it was not evaluated on. Its estimated score on a group
+    of queries (a benchmark, a subject, a category) is its observed scores there
+    plus those predictions, divided by the group's size; the interval is scaled
+    on reference models whose evaluations were hidden, so that its coverage is
+    measured, not assumed. :meth:`suggest_queries` says which queries to evaluate
+    next to narrow the intervals most.
+
+    Read more in the :doc:`User Guide <user_guide/score-estimation>`.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder
+        A fitted embedder (anything with ``transform`` and ``predict_correctness``).
+    confidence : float, default=0.9
+        The intervals' nominal coverage, in (0, 1).
+    max_reference_models : int, default=2048
+        At most this many reference models describe a new model (a random subset of
+        those given to ``fit``); time and memory grow in proportion.
+    random_state : int, RandomState instance or None, default=None
+        Draws the reference subset, the calibration's hidden evaluations and the
+        ``"random"`` strategy's queries. An int makes everything deterministic.
+
+    Attributes
+    ----------
+    reference_embeddings_ : ndarray of shape (n_reference, embedding_dim)
+        The reference models' embeddings.
+    reference_indices_ : ndarray of shape (n_reference,)
+        Their positions in the sets given to ``fit``.
+    temperature_ : float
+        The likelihood's temperature chosen on the calibration models.
+    interval_scale_ : float
+        Half-width of an interval in standard deviations of the estimate.
+    coverage_ : float
+        Share of the held-out calibration estimates whose interval held the truth.
+    n_calibration_estimates_ : int
+        How many estimates that share is over.
+
+    See Also
+    --------
+    LocusRouter.add_models : Add a model to a router once it is evaluated.
+
+    Examples
+    --------
+    >>> from sklocus import LocusEmbedder, ScoreEstimator
+    >>> from sklocus.datasets import make_evaluations
+    >>> data = make_evaluations(n_models=60, n_queries=100, evals_per_model=None,
+    ...                         random_state=0)
+    >>> references, new_model = data.evaluation_sets[:50], data.evaluation_sets[55]
+    >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
+    ...                          n_latents=4, max_epochs=2, epoch_size=256,
+    ...                          random_state=0).fit(references)
+    >>> estimator = ScoreEstimator(embedder, random_state=0).fit(references)
+    >>> first = estimator.suggest_queries({}, data.query_ids, 10)
+    >>> results = {query: new_model[query] for query in first}
+    >>> table = estimator.estimate_scores([results], data.query_ids, data.benchmarks)
+    >>> table.columns.tolist()
+    ['model', 'group', 'n_queries', 'n_evaluated', 'estimate', 'std', 'lower', 'upper']
+    >>> len(table)  # one row per benchmark
+    5
+    """
+
+    _parameter_constraints = {
+        "embedder": [HasMethods(["transform", "predict_correctness"])],
+        "confidence": [Interval(numbers.Real, 0, 1, closed="neither")],
+        "max_reference_models": [Interval(numbers.Integral, 2, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        embedder,
+        *,
+        confidence=0.9,
+        max_reference_models=2048,
+        random_state=None,
+    ):
+        self.embedder = embedder
+        self.confidence = confidence
+        self.max_reference_models = max_reference_models
+        self.random_state = random_state
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Embed the reference models and calibrate the intervals on them.
+
+        Parameters
+        ----------
+        X : sequence of mappings
+            The reference models' evaluation sets (query to score), at least two,
+            typically those the embedder was trained on.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self
+        """
+        check_is_fitted(self.embedder)
+        ragged = check_evaluation_sets(X)
+        if ragged.n_sets < 2:
+            raise ValueError(
+                f"got {ragged.n_sets} reference model; a ScoreEstimator needs at "
+                "least 2 (and its intervals are only as good as the references are "
+                "many)"
+            )
+        rng = check_random_state(self.random_state)
+        n_reference = min(ragged.n_sets, self.max_reference_models)
+        chosen = np.sort(rng.permutation(ragged.n_sets)[:n_reference])
+        self.reference_indices_ = chosen
+        self._prediction_cache = {}
+        references = ragged.subset(chosen)
+        self.reference_embeddings_ = np.asarray(self.embedder.transform(references))
+        self._references = references
+        self._reference_codes = {q: i for i, q in enumerate(references.queries)}
+        self._calibrate(ragged, rng)
+        return self
+
+    # -- calibration --------------------------------------------------------------
+
+    def _calibration_draws(self, ragged, rng):
+        """Hidden-evaluation draws of the calibration models.
+
+        Returns the calibration queries and a list of ``(model, codes, scores,
+        shown)``: a model's evaluations among those queries (codes into them) and,
+        for each number of shown evaluations, which of them are shown.
+        """
+        counts = np.bincount(ragged.query_codes, minlength=len(ragged.queries))
+        # The most evaluated queries, ties in random order: shared by most models.
+        order = np.lexsort((rng.random(len(counts)), -counts))
+        keep = order[: min(_CALIBRATION_QUERIES, len(order))]
+        position = np.full(len(ragged.queries), -1)
+        position[keep] = np.arange(len(keep))
+        draws = []
+        for model in rng.permutation(ragged.n_sets):
+            codes = position[ragged.set_codes(model)]
+            inside = codes >= 0
+            if inside.sum() < 2 * _SHOWN[0]:
+                continue
+            codes, scores = codes[inside], ragged.set_scores(model)[inside]
+            shown_masks = []
+            for n in _SHOWN:
+                if 2 * n > len(codes):
+                    break
+                mask = np.zeros(len(codes), dtype=bool)
+                mask[rng.choice(len(codes), n, replace=False)] = True
+                shown_masks.append(mask)
+            draws.append((model, codes, scores, shown_masks))
+            if len(draws) == _CALIBRATION_MODELS:
+                break
+        if len(draws) < 2:
+            raise ValueError(
+                f"only {len(draws)} reference model has {2 * _SHOWN[0]} or more "
+                "evaluations on common queries; calibrating the intervals needs at "
+                "least 2 such models"
+            )
+        return [ragged.queries[i] for i in keep], draws
+
+    def _calibrate(self, ragged, rng):
+        """Choose ``temperature_`` and ``interval_scale_``; measure ``coverage_``."""
+        queries, draws = self._calibration_draws(ragged, rng)
+        predictions = self._reference_predictions(queries)
+        outcomes = self._reference_outcomes(queries, predictions)
+        slot = {int(model): k for k, model in enumerate(self.reference_indices_)}
+        # Per temperature: squared error of the estimates, and their rows
+        # (model, estimate, std, truth).
+        losses, rows = {}, {}
+        for temperature in _TEMPERATURES:
+            found = []
+            for model, codes, scores, shown_masks in draws:
+                p, o = predictions[:, codes], outcomes[:, codes]
+                for mask in shown_masks:
+                    w = posterior_weights(p[:, mask], scores[mask], temperature)
+                    if int(model) in slot:  # leave the model itself out
+                        w[slot[int(model)]] = 0.0
+                        w /= w.sum()
+                    hidden = ~mask
+                    mean, variance = group_moments(
+                        w,
+                        o[:, hidden].sum(axis=1, keepdims=True, dtype=np.float64),
+                        (p[:, hidden] * (1 - p[:, hidden])).sum(
+                            axis=1, keepdims=True, dtype=np.float64
+                        ),
+                    )
+                    size = len(scores)
+                    estimate = (scores[mask].sum() + mean[0]) / size
+                    found.append(
+                        (model, estimate, math.sqrt(variance[0]) / size, scores.mean())
+                    )
+            table = np.asarray(found, dtype=np.float64)
+            losses[temperature] = float(np.mean((table[:, 1] - table[:, 3]) ** 2))
+            rows[temperature] = table
+        self.temperature_ = min(_TEMPERATURES, key=losses.__getitem__)
+        table = rows[self.temperature_]
+        # Split by model, so that no model's draws fall on both sides.
+        models = np.unique(table[:, 0])
+        fitted_models = models[rng.permutation(len(models))[: (len(models) + 1) // 2]]
+        in_fit = np.isin(table[:, 0], fitted_models)
+        ratio = np.abs(table[:, 3] - table[:, 1]) / np.maximum(table[:, 2], 1e-9)
+        fitted = np.sort(ratio[in_fit])
+        rank = min(math.ceil((len(fitted) + 1) * self.confidence), len(fitted))
+        self.interval_scale_ = float(fitted[rank - 1])
+        held = ratio[~in_fit]
+        self.coverage_ = (
+            float(np.mean(held <= self.interval_scale_)) if len(held) else float("nan")
+        )
+        self.n_calibration_estimates_ = int(len(held))
+
+    # -- predictions of the reference models ------------------------------------
+
+    def _reference_predictions(self, queries):
+        """P(correct) of every reference model on ``queries``, float32.
+
+        Each query's column is kept (up to ``_CACHE_BYTES`` in all), since asking
+        for one query at a time predicts the same candidates again and again.
+        """
+        cache = self.__dict__.setdefault("_prediction_cache", {})
+        missing = list(dict.fromkeys(q for q in queries if q not in cache))
+        n_reference = len(self.reference_embeddings_)
+        if (len(cache) + len(missing)) * n_reference * 4 > _CACHE_BYTES:
+            cache.clear()
+            missing = list(dict.fromkeys(queries))
+        for start in range(0, len(missing), _QUERY_CHUNK):
+            chunk = missing[start : start + _QUERY_CHUNK]
+            block = np.asarray(
+                self.embedder.predict_correctness(self.reference_embeddings_, chunk),
+                dtype=np.float32,
+            )
+            cache.update(zip(chunk, block.T.copy()))
+        if not queries:
+            return np.empty((n_reference, 0), np.float32)
+        return np.stack([cache[q] for q in queries], axis=1)
+
+    def _reference_outcomes(self, queries, predictions=None):
+        """Each reference model's outcome on ``queries``: its score where evaluated.
+
+        Where a reference model was not evaluated on a query, its predicted
+        P(correct) stands in (``predictions``, computed when not given).
+        """
+        if predictions is None:
+            predictions = self._reference_predictions(queries)
+        out = np.array(predictions, dtype=np.float32)
+        references = self._references
+        column = np.full(len(references.queries), -1, dtype=np.int64)
+        for position, query in enumerate(queries):
+            code = self._reference_codes.get(query)
+            if code is not None:
+                column[code] = position
+        at = column[references.query_codes]
+        hit = at >= 0
+        if hit.any():
+            owner = np.repeat(np.arange(references.n_sets), references.sizes)
+            out[owner[hit], at[hit]] = references.scores[hit]
+        return out
+
+    def _weights(self, evaluations):
+        """Posterior weights of the reference models given one evaluation set."""
+        if not evaluations:
+            n_reference = len(self.reference_embeddings_)
+            return np.full(n_reference, 1.0 / n_reference)
+        queries = list(evaluations)
+        scores = np.fromiter(evaluations.values(), dtype=np.float64, count=len(queries))
+        return posterior_weights(
+            self._reference_predictions(queries), scores, self.temperature_
+        )
+
+    # -- estimating scores ------------------------------------------------------
+
+    def estimate_scores(self, X, queries, query_groups=None, model_names=None):
+        """Estimate each model's mean score on each group of queries.
+
+        Parameters
+        ----------
+        X : sequence of mappings
+            One evaluation set (query to score) per model, possibly empty; its
+            evaluations outside ``queries`` inform the estimate too.
+        queries : sequence
+            Every query of the groups (a benchmark's queries, say), distinct.
+        query_groups : array-like of shape (n_queries,), default=None
+            Each query's group (benchmark, subject, category); None or NaN leaves
+            a query out of every group. Default: all queries form one group,
+            ``"all"``.
+        model_names : sequence of str, default=None
+            Names for the ``model`` column; default the sets' positions.
+
+        Returns
+        -------
+        DataFrame
+            One row per model and group: ``n_queries`` (the group's size),
+            ``n_evaluated`` (of them, how many the model was evaluated on),
+            ``estimate`` (observed scores plus predictions, over the group's
+            size), ``std`` (its standard deviation), and ``lower`` and ``upper``,
+            the interval at ``confidence``, within what the unevaluated queries
+            allow.
+        """
+        check_is_fitted(self, "reference_embeddings_")
+        sets = _evaluation_dicts(X, model_names)
+        queries, codes, labels = _queries_and_groups(queries, query_groups)
+        if model_names is None:
+            model_names = list(range(len(sets)))
+        predictions = self._reference_predictions(queries)
+        outcomes = self._reference_outcomes(queries, predictions)
+        known = codes >= 0
+        sums, variances = group_sums(
+            outcomes[:, known], predictions[:, known], codes[known], len(labels)
+        )
+        position = {query: i for i, query in enumerate(queries)}
+        size = np.bincount(codes[known], minlength=len(labels))
+        rows = []
+        for name, evaluations in zip(model_names, sets):
+            w = self._weights(evaluations)
+            inside = [
+                (position[q], score)
+                for q, score in evaluations.items()
+                if q in position and codes[position[q]] >= 0
+            ]
+            observed = np.zeros(len(labels))
+            count = np.zeros(len(labels), dtype=np.int64)
+            model_sums, model_variances = sums, variances
+            if inside:
+                at = np.array([i for i, _ in inside])
+                scores = np.array([s for _, s in inside], dtype=np.float64)
+                np.add.at(observed, codes[at], scores)
+                np.add.at(count, codes[at], 1)
+                seen_sums, seen_variances = group_sums(
+                    outcomes[:, at], predictions[:, at], codes[at], len(labels)
+                )
+                model_sums = sums - seen_sums
+                model_variances = variances - seen_variances
+            mean, variance = group_moments(
+                w, model_sums, np.maximum(model_variances, 0.0)
+            )
+            estimate = (observed + mean) / size
+            std = np.sqrt(np.maximum(variance, 0.0)) / size
+            low = observed / size
+            high = (observed + size - count) / size
+            half = self.interval_scale_ * std
+            for g, label in enumerate(labels):
+                rows.append(
+                    (
+                        name,
+                        label,
+                        int(size[g]),
+                        int(count[g]),
+                        float(estimate[g]),
+                        float(std[g]),
+                        float(max(estimate[g] - half[g], low[g])),
+                        float(min(estimate[g] + half[g], high[g])),
+                    )
+                )
+        return pd.DataFrame(
+            rows,
+            columns=[
+                "model",
+                "group",
+                "n_queries",
+                "n_evaluated",
+                "estimate",
+                "std",
+                "lower",
+                "upper",
+            ],
+        )
+
+    # -- choosing queries ---------------------------------------------------------
+
+    def suggest_queries(
+        self,
+        evaluations,
+        candidates,
+        n_queries=1,
+        *,
+        query_groups=None,
+        strategy="variance",
+    ):
+        """Choose which of ``candidates`` to evaluate a model on next.
+
+        Call it with ``n_queries=1`` after each new result to choose one at a time,
+        or ask for a batch: each pick of a batch accounts for what the picks
+        before it will tell.
+
+        Parameters
+        ----------
+        evaluations : mapping
+            The model's evaluations so far (query to score), possibly empty.
+        candidates : sequence
+            Queries it may be evaluated on, distinct; those it already was are
+            never suggested.
+        n_queries : int, default=1
+            How many to suggest.
+        query_groups : array-like of shape (n_candidates,), default=None
+            Each candidate's group, as in :meth:`estimate_scores`: the
+            ``"variance"`` strategy narrows every group's interval, groups
+            weighted alike. Default: one group of all candidates.
+        strategy : {"variance", "disagreement", "coverage", "random"}, \
+                default="variance"
+            ``"variance"``: the queries whose outcomes are expected to shrink the
+            variance of the groups' estimated scores most. ``"disagreement"``: the
+            queries on which the reference models that explain the evaluations
+            disagree most. ``"coverage"``: spread over the candidates' encodings
+            (farthest first from what was evaluated). ``"random"``: at random,
+            from ``random_state``.
+
+        Returns
+        -------
+        list
+            ``n_queries`` candidates, in the order chosen, none repeated.
+        """
+        check_is_fitted(self, "reference_embeddings_")
+        if strategy not in STRATEGIES:
+            raise ValueError(
+                f"strategy must be one of {', '.join(map(repr, STRATEGIES))}; got "
+                f"{strategy!r}"
+            )
+        if not isinstance(n_queries, numbers.Integral) or n_queries < 1:
+            raise ValueError(f"n_queries must be a positive integer; got {n_queries!r}")
+        (evaluations,) = _evaluation_dicts([evaluations], None, what="evaluations")
+        candidates, codes, labels = _queries_and_groups(
+            candidates, query_groups, what="candidates"
+        )
+        open_ = np.array([q not in evaluations for q in candidates], dtype=bool)
+        if n_queries > open_.sum():
+            raise ValueError(
+                f"asked for {n_queries} queries, but only {int(open_.sum())} of the "
+                f"{len(candidates)} candidates are not evaluated yet; give more "
+                "candidates or ask for fewer"
+            )
+        pool = [q for q, is_open in zip(candidates, open_) if is_open]
+        pool_codes = codes[open_]
+        if strategy == "random":
+            rng = check_random_state(self.random_state)
+            picks = rng.permutation(len(pool))[:n_queries]
+        elif strategy == "coverage":
+            picks = self._farthest_first(evaluations, pool, n_queries)
+        else:
+            w = self._weights(evaluations)
+            p = self._reference_predictions(pool)
+            if strategy == "disagreement":
+                spread = w @ (p - w @ p) ** 2
+                picks = np.argsort(-spread, kind="stable")[:n_queries]
+            else:
+                grouped = pool_codes >= 0
+                if not grouped.any():
+                    raise ValueError(
+                        "no candidate still to evaluate has a group; the variance "
+                        "strategy narrows the groups' scores, so give the groups"
+                    )
+                o = self._reference_outcomes(pool, p)
+                sums, _ = group_sums(
+                    o[:, grouped], p[:, grouped], pool_codes[grouped], len(labels)
+                )
+                size = np.bincount(codes[codes >= 0], minlength=len(labels))
+                picks = greedy_variance_reduction(w, o, sums / size, n_queries)
+        return [pool[int(i)] for i in picks]
+
+    def _farthest_first(self, evaluations, pool, n_queries):
+        """Farthest-point traversal of the pool's encodings (k-center's greedy)."""
+        encode = self.embedder.query_encoder_.transform
+        vectors = np.asarray(encode(pool), dtype=np.float64)
+        picks = []
+        if evaluations:
+            seen = np.asarray(encode(list(evaluations)), dtype=np.float64)
+            distance = _distances(vectors, seen).min(axis=1)
+        else:  # the first pick is the candidate nearest the centre of them all
+            centre = vectors.mean(axis=0, keepdims=True)
+            picks.append(int(np.argmin(_distances(vectors, centre)[:, 0])))
+            distance = _distances(vectors, vectors[picks])[:, 0]
+        while len(picks) < n_queries:
+            distance[picks] = -np.inf
+            i = int(np.argmax(distance))
+            picks.append(i)
+            to_new = _distances(vectors, vectors[i : i + 1])[:, 0]
+            distance = np.minimum(distance, to_new)
+        return np.asarray(picks)
+
+
+def _distances(a, b):
+    """Euclidean distances between the rows of ``a`` and ``b``."""
+    squared = (a**2).sum(axis=1)[:, None] - 2 * a @ b.T + (b**2).sum(axis=1)[None, :]
+    return np.sqrt(np.maximum(squared, 0.0))
+
+
+def _evaluation_dicts(X, model_names, what="X"):
+    """Check evaluation sets as every estimator does, empty ones allowed; give dicts."""
+    if isinstance(X, dict) and what == "X":
+        raise TypeError(
+            "X must be a sequence of evaluation sets, one per model; wrap a single "
+            "model's set in a list"
+        )
+    sets = list(X)
+    for i, evaluation_set in enumerate(sets):
+        if not hasattr(evaluation_set, "items"):
+            where = what if what != "X" else f"X[{i}]"
+            raise TypeError(
+                f"{where} must be a mapping from query to score; got "
+                f"{type(evaluation_set).__name__}"
+            )
+    if model_names is not None and len(model_names) != len(sets):
+        raise ValueError(
+            f"model_names has {len(model_names)} names for {len(sets)} evaluation sets"
+        )
+    filled = [i for i, s in enumerate(sets) if len(s)]
+    out = [{} for _ in sets]
+    if filled:
+        names = None if model_names is None else [str(model_names[i]) for i in filled]
+        ragged = check_evaluation_sets([sets[i] for i in filled], names)
+        for i, checked in zip(filled, ragged.to_dicts()):
+            out[i] = checked
+    return out
+
+
+def _queries_and_groups(queries, query_groups, what="queries"):
+    """Distinct queries, each one's group code (-1 for none) and the group labels."""
+    queries = as_query_list(queries)
+    if not queries:
+        raise ValueError(f"{what} is empty; give at least one query")
+    seen = set()
+    for query in queries:
+        if query in seen:
+            raise ValueError(f"query {shown(query)} appears twice in {what}")
+        seen.add(query)
+    if query_groups is None:
+        return queries, np.zeros(len(queries), dtype=np.int64), ["all"]
+    groups = check_query_groups(query_groups, len(queries))
+    present = groups != None  # noqa: E711 (an object array: None marks no group)
+    if not present.any():
+        raise ValueError("query_groups gives no query a group")
+    labels, codes = [], np.full(len(queries), -1, dtype=np.int64)
+    index = {}
+    for i in np.flatnonzero(present):
+        codes[i] = index.setdefault(groups[i], len(index))
+    labels = list(index)
+    return queries, codes, labels
