@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from sklearn.frozen import FrozenEstimator
 
-from sklocus import LocusRouter
+from sklocus import LocusRouter, ScoreEstimator
 from sklocus import load as load_model_file
 from sklocus.cli import main
 from sklocus.datasets import make_evaluations
@@ -155,6 +155,52 @@ def test_route_writes_the_choice_and_the_k_best(workspace):
     assert all(len(set(row)) == 4 for row in listed)
     p = routes[[f"p_{k}" for k in range(1, 5)]].to_numpy()
     assert ((p > 0) & (p < 1)).all()
+
+
+def test_suggest_writes_what_the_library_suggests(workspace, capsys):
+    """The new model's rows of EVALS are its results so far: never suggested
+    again, and it is no reference model."""
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv", dtype={"model": str, "query": str})
+    new = data.model_names[-1]
+    so_far = table[table.model == new].head(10)
+    pd.concat([table[table.model != new], so_far]).to_csv(
+        folder / "partial.csv", index=False
+    )
+    candidates = pd.DataFrame(
+        {"query": data.query_ids, "benchmark": data.benchmarks.astype(str)}
+    )
+    candidates.to_csv(folder / "candidates.csv", index=False)
+    arguments = ["model.sklocus", "partial.csv", "candidates.csv", "-o", "next.csv"]
+    arguments += ["--new-model", new, "-k", "6", "--group-column", "benchmark"]
+    run = succeeded(
+        in_process(
+            "suggest", *arguments, "--random-state", "0", cwd=folder, capsys=capsys
+        )
+    )
+    assert "Suggested 6 of 150 queries" in run.stderr
+    assert "10 evaluated so far, 29 reference models" in run.stderr
+    chosen = pd.read_csv(folder / "next.csv", dtype={"query": str, "group": str})
+    assert chosen.columns.tolist() == ["query", "order", "group"]
+    assert chosen.order.tolist() == list(range(1, 7))
+    assert not set(chosen["query"]) & set(so_far["query"])
+    embedder = load_model_file(folder / "model.sklocus")
+    estimator = ScoreEstimator(embedder, random_state=0).fit(data.evaluation_sets[:-1])
+    expected = estimator.suggest_queries(
+        dict(zip(so_far["query"], so_far["score"])),
+        data.query_ids,
+        6,
+        query_groups=data.benchmarks.astype(str),
+    )
+    assert chosen["query"].tolist() == expected
+    benchmark_of = dict(zip(data.query_ids, data.benchmarks.astype(str)))
+    assert chosen["group"].tolist() == [benchmark_of[q] for q in expected]
+
+    exhausted = in_process(
+        "suggest", *arguments[:-4], "-k", "141", cwd=folder, capsys=capsys
+    )
+    assert exhausted.returncode == 2
+    assert "only 140 of the 150 candidates" in exhausted.stderr
 
 
 def test_route_with_a_threshold_picks_what_the_library_picks(workspace, capsys):

@@ -25,7 +25,8 @@ from sklocus.cli._common import (
 DESCRIPTION = (
     "LOCUS model embeddings from the shell. 'sklocus fit' trains an embedder on a "
     "long table of evaluations (one row per model, query and score) and saves it; "
-    "'embed' and 'route' use it on a pool of models; 'neighbors', 'duplicates', "
+    "'embed' and 'route' use it on a pool of models; 'suggest' chooses which "
+    "queries to evaluate a new model on; 'neighbors', 'duplicates', "
     "'clusters' and 'select' work on the embeddings; 'report' writes the model "
     "map; 'serve' serves a router over HTTP; 'demo' runs the main job on built-in "
     "data. 'sklocus COMMAND --help' lists a command's options."
@@ -220,6 +221,61 @@ def _add_model_commands(commands):
         "cost per query of at most B on held-out evaluations (with --cost-column)",
     )
     route.set_defaults(run="_models:run_route")
+
+    suggest = commands.add_parser(
+        "suggest",
+        help="choose which queries to evaluate a new model on",
+        description="Choose the K queries of QUERIES whose results would tell most "
+        "about the new model's scores, given the reference models' evaluations in "
+        "EVALS and the trained model in MODEL, and write them in the order chosen. "
+        "The new model's own rows of EVALS, if any, are what it was evaluated on so "
+        "far: those queries are never suggested again. QUERIES is a CSV or Parquet "
+        "table with the query column (and the text column, when given), or a .txt "
+        "file of one query per line.",
+    )
+    suggest.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    suggest.add_argument(
+        "evals", metavar="EVALS", help="the reference models' evaluations"
+    )
+    suggest.add_argument(
+        "queries", metavar="QUERIES", help="the queries it may be evaluated on"
+    )
+    add_output_option(suggest, required=True, what="the suggested queries")
+    add_table_options(suggest)
+    add_encoding_cache_option(add_vector_options(suggest))
+    choice = suggest.add_argument_group("choice")
+    choice.add_argument(
+        "--new-model",
+        required=True,
+        metavar="NAME",
+        help="the model to evaluate: its rows of EVALS (if any) are its results so "
+        "far, and it is left out of the reference models",
+    )
+    choice.add_argument(
+        "-k",
+        type=integer_in(1),
+        default=32,
+        metavar="K",
+        help="how many queries to suggest (default: 32)",
+    )
+    choice.add_argument(
+        "--strategy",
+        choices=("variance", "disagreement", "coverage", "random"),
+        default="variance",
+        help="variance (default): the results expected to narrow the estimated "
+        "scores most; disagreement: where the models like it disagree most; "
+        "coverage: spread over the query encodings; random",
+    )
+    choice.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's benchmark, subject or category, a column of QUERIES: "
+        "the suggestions narrow every group's estimated score alike",
+    )
+    choice.add_argument(
+        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
+    )
+    suggest.set_defaults(run="_estimate:run_suggest")
 
 
 def _add_geometry_commands(commands):
