@@ -474,8 +474,7 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
                 f"strategy must be one of {', '.join(map(repr, STRATEGIES))}; got "
                 f"{strategy!r}"
             )
-        if not isinstance(n_queries, numbers.Integral) or n_queries < 1:
-            raise ValueError(f"n_queries must be a positive integer; got {n_queries!r}")
+        _check_count(n_queries, "n_queries")
         (evaluations,) = _evaluation_dicts([evaluations], None, what="evaluations")
         candidates, codes, labels = _queries_and_groups(
             candidates, query_groups, what="candidates"
@@ -515,6 +514,74 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
                 picks = greedy_variance_reduction(w, o, sums / size, n_queries)
         return [pool[int(i)] for i in picks]
 
+    def collect_evaluations(
+        self,
+        evaluate,
+        candidates,
+        n_queries,
+        *,
+        batch_size=8,
+        query_groups=None,
+        evaluations=None,
+        strategy="variance",
+    ):
+        """Evaluate a model on suggested queries, a batch at a time.
+
+        Each batch is chosen by :meth:`suggest_queries` given every result so
+        far, then scored by ``evaluate``: the loop of onboarding a new model,
+        whose result :meth:`estimate_scores` and
+        :meth:`LocusRouter.add_models <sklocus.LocusRouter.add_models>` take.
+
+        Parameters
+        ----------
+        evaluate : callable
+            Takes a list of queries and returns their scores in [0, 1], in the
+            same order: the model's answers, graded.
+        candidates : sequence
+            Queries it may be evaluated on, distinct.
+        n_queries : int
+            How many queries to evaluate in all (beyond ``evaluations``).
+        batch_size : int, default=8
+            Queries per call of ``evaluate``; 1 chooses each query knowing every
+            result before it.
+        query_groups : array-like of shape (n_candidates,), default=None
+            Each candidate's group, as in :meth:`suggest_queries`.
+        evaluations : mapping, default=None
+            Results the model already has; they are kept and never asked again.
+        strategy : str, default="variance"
+            As in :meth:`suggest_queries`.
+
+        Returns
+        -------
+        dict
+            ``evaluations`` (a copy) and the new results, query to score.
+        """
+        _check_count(batch_size, "batch_size")
+        _check_count(n_queries, "n_queries")
+        (collected,) = _evaluation_dicts([evaluations or {}], None, what="evaluations")
+        collected = dict(collected)
+        remaining = int(n_queries)
+        while remaining:
+            batch = self.suggest_queries(
+                collected,
+                candidates,
+                min(batch_size, remaining),
+                query_groups=query_groups,
+                strategy=strategy,
+            )
+            scores = list(evaluate(list(batch)))
+            if len(scores) != len(batch):
+                raise ValueError(
+                    f"evaluate returned {len(scores)} scores for {len(batch)} queries; "
+                    "expected one score per query, in their order"
+                )
+            (checked,) = _evaluation_dicts(
+                [dict(zip(batch, scores))], None, what="the scores evaluate returned"
+            )
+            collected.update(checked)
+            remaining -= len(batch)
+        return collected
+
     def _farthest_first(self, evaluations, pool, n_queries):
         """Farthest-point traversal of the pool's encodings (k-center's greedy)."""
         encode = self.embedder.query_encoder_.transform
@@ -534,6 +601,12 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             to_new = _distances(vectors, vectors[i : i + 1])[:, 0]
             distance = np.minimum(distance, to_new)
         return np.asarray(picks)
+
+
+def _check_count(value, name):
+    """Raise unless ``value`` is a positive integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
 
 
 def _distances(a, b):

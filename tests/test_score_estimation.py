@@ -231,3 +231,32 @@ def test_greedy_variance_reduction_skips_what_it_already_knows():
     w = np.full(400, 1 / 400)
     first, second = greedy_variance_reduction(w, predictions, target, 2)
     assert first == 0 and second == 2
+
+
+def test_collect_evaluations_runs_the_onboarding_loop(data, estimator):
+    model = data.evaluation_sets[N_REFERENCE + 3]
+    calls = []
+
+    def evaluate(queries):
+        calls.append(list(queries))
+        return [model[q] for q in queries]
+
+    given = {data.query_ids[0]: model[data.query_ids[0]]}
+    collected = estimator.collect_evaluations(
+        evaluate, data.query_ids, 20, batch_size=8, evaluations=given
+    )
+    assert [len(batch) for batch in calls] == [8, 8, 4]
+    assert len(collected) == 21 and given == {
+        data.query_ids[0]: model[data.query_ids[0]]
+    }
+    assert all(collected[q] == model[q] for q in collected)
+    assert data.query_ids[0] not in {q for batch in calls for q in batch}
+
+
+def test_collect_evaluations_checks_what_evaluate_returns(data, estimator):
+    with pytest.raises(ValueError, match="returned 1 scores for 4 queries"):
+        estimator.collect_evaluations(lambda q: [1.0], data.query_ids, 4, batch_size=4)
+    with pytest.raises(ValueError, match="1.5"):
+        estimator.collect_evaluations(
+            lambda q: [1.5] * len(q), data.query_ids, 4, batch_size=4
+        )
