@@ -30,7 +30,7 @@ import numpy as np
 _EPS = 1e-4
 
 
-def posterior_weights(predictions, scores, temperature):
+def posterior_weights(predictions, scores, temperature, exclude=None):
     """Weights of the reference models given one model's evaluations.
 
     Parameters
@@ -41,17 +41,18 @@ def posterior_weights(predictions, scores, temperature):
         The model's scores in [0, 1].
     temperature : float
         Multiplies the log-likelihood; below 1 it keeps more reference models in.
+    exclude : int, default=None
+        A reference model given no weight (the model itself, when it is one).
 
     Returns
     -------
     ndarray of shape (n_reference,), float64, summing to 1
     """
-    n_reference = predictions.shape[0]
-    if predictions.shape[1] == 0:
-        return np.full(n_reference, 1.0 / n_reference)
     p = np.clip(predictions.astype(np.float64), _EPS, 1 - _EPS)
     y = np.asarray(scores, dtype=np.float64)
     log_w = temperature * (np.log(p) @ y + np.log1p(-p) @ (1 - y))
+    if exclude is not None:
+        log_w[exclude] = -np.inf
     log_w -= log_w.max()
     w = np.exp(log_w)
     return w / w.sum()
@@ -102,7 +103,7 @@ def group_moments(weights, means, variances):
     return mean, spread + weights @ variances
 
 
-def greedy_variance_reduction(weights, predictions, targets, n_choices):
+def greedy_variance_reduction(weights, predictions, targets, n_choices, noise=None):
     """Choose queries whose outcomes shrink the variance of the targets most.
 
     A Gaussian approximation of the weighted reference models: the outcome of
@@ -117,12 +118,18 @@ def greedy_variance_reduction(weights, predictions, targets, n_choices):
     ----------
     weights : ndarray of shape (n_reference,)
     predictions : ndarray of shape (n_reference, n_candidates)
-        P(correct) of each reference model on each candidate query.
+        P(correct) of each reference model on each candidate query, or its
+        observed outcome there.
     targets : ndarray of shape (n_reference, n_targets)
         Each reference model's value of each target (a group's expected score),
         scaled so that the targets' variances are comparable.
     n_choices : int
         At most ``n_candidates``.
+    noise : ndarray of shape (n_candidates,), default=None
+        The variance of each candidate's outcome around its P(correct); default
+        ``E[p (1 - p)]`` under the weights. Give it when ``predictions`` are
+        reference models' observed outcomes (0 or 1), whose own ``p (1 - p)``
+        would say the outcome is certain.
 
     Returns
     -------
@@ -136,7 +143,7 @@ def greedy_variance_reduction(weights, predictions, targets, n_choices):
     target = root * (targets - w @ targets)
     cross = centred.T @ target  # Cov(p_q, t), (n_candidates, n_targets)
     variance = (centred**2).sum(axis=0)  # Var(p_q)
-    noise = w @ (p * (1 - p))
+    noise = w @ (p * (1 - p)) if noise is None else np.asarray(noise, np.float64)
     taken = np.zeros(p.shape[1], dtype=bool)
     past = []  # the rank-one corrections of the covariance so far
     chosen = []

@@ -232,10 +232,12 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             for model, codes, scores, shown_masks in draws:
                 p, o = predictions[:, codes], outcomes[:, codes]
                 for mask in shown_masks:
-                    w = posterior_weights(p[:, mask], scores[mask], temperature)
-                    if int(model) in slot:  # leave the model itself out
-                        w[slot[int(model)]] = 0.0
-                        w /= w.sum()
+                    w = posterior_weights(
+                        p[:, mask],
+                        scores[mask],
+                        temperature,
+                        exclude=slot.get(int(model)),  # the model itself
+                    )
                     hidden = ~mask
                     mean, variance = group_moments(
                         w,
@@ -276,22 +278,38 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         Each query's column is kept (up to ``_CACHE_BYTES`` in all), since asking
         for one query at a time predicts the same candidates again and again.
         """
-        cache = self.__dict__.setdefault("_prediction_cache", {})
-        missing = list(dict.fromkeys(q for q in queries if q not in cache))
         n_reference = len(self.reference_embeddings_)
-        if (len(cache) + len(missing)) * n_reference * 4 > _CACHE_BYTES:
-            cache.clear()
-            missing = list(dict.fromkeys(queries))
-        for start in range(0, len(missing), _QUERY_CHUNK):
-            chunk = missing[start : start + _QUERY_CHUNK]
-            block = np.asarray(
-                self.embedder.predict_correctness(self.reference_embeddings_, chunk),
-                dtype=np.float32,
-            )
-            cache.update(zip(chunk, block.T.copy()))
         if not queries:
             return np.empty((n_reference, 0), np.float32)
+        cache = self.__dict__.setdefault("_prediction_cache", {})
+        column_bytes = n_reference * 4
+        distinct = list(dict.fromkeys(queries))
+        if len(distinct) * column_bytes > _CACHE_BYTES:  # too many to keep: predict
+            return self._predict_references(queries)
+        missing = [q for q in distinct if q not in cache]
+        if (len(cache) + len(missing)) * column_bytes > _CACHE_BYTES:
+            cache.clear()
+            missing = distinct
+        if missing:
+            block = self._predict_references(missing)
+            cache.update(zip(missing, block.T.copy()))
         return np.stack([cache[q] for q in queries], axis=1)
+
+    def _predict_references(self, queries):
+        """P(correct) of every reference model on ``queries``, in chunks."""
+        out = np.empty((len(self.reference_embeddings_), len(queries)), np.float32)
+        for start in range(0, len(queries), _QUERY_CHUNK):
+            chunk = queries[start : start + _QUERY_CHUNK]
+            out[:, start : start + len(chunk)] = self.embedder.predict_correctness(
+                self.reference_embeddings_, chunk
+            )
+        return out
+
+    def __getstate__(self):
+        # The cache is a speed-up of this process, not state worth pickling.
+        state = super().__getstate__()
+        state.pop("_prediction_cache", None)
+        return state
 
     def _reference_outcomes(self, queries, predictions=None):
         """Each reference model's outcome on ``queries``: its score where evaluated.
@@ -341,7 +359,8 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         query_groups : array-like of shape (n_queries,), default=None
             Each query's group (benchmark, subject, category); None or NaN leaves
             a query out of every group. Default: all queries form one group,
-            ``"all"``.
+            ``"all"``. Groups are listed sorted (in order of appearance when
+            their labels cannot be sorted).
         model_names : sequence of str, default=None
             Names for the ``model`` column; default the sets' positions.
 
@@ -392,6 +411,8 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             mean, variance = group_moments(
                 w, model_sums, np.maximum(model_variances, 0.0)
             )
+            full = count == size  # known exactly, whatever the rounding of sums
+            mean[full], variance[full] = 0.0, 0.0
             estimate = (observed + mean) / size
             std = np.sqrt(np.maximum(variance, 0.0)) / size
             low = observed / size
@@ -453,11 +474,14 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         query_groups : array-like of shape (n_candidates,), default=None
             Each candidate's group, as in :meth:`estimate_scores`: the
             ``"variance"`` strategy narrows every group's interval, groups
-            weighted alike. Default: one group of all candidates.
+            weighted alike. A candidate in no group may still be suggested, for
+            what its outcome tells about the groups. Default: one group of all
+            candidates.
         strategy : {"variance", "disagreement", "coverage", "random"}, \
                 default="variance"
             ``"variance"``: the queries whose outcomes are expected to shrink the
-            variance of the groups' estimated scores most. ``"disagreement"``: the
+            variance of the groups' estimated scores most, each group's variance
+            relative to what it is before. ``"disagreement"``: the
             queries on which the reference models that explain the evaluations
             disagree most. ``"coverage"``: spread over the candidates' encodings
             (farthest first from what was evaluated). ``"random"``: at random,
@@ -511,7 +535,16 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
                     o[:, grouped], p[:, grouped], pool_codes[grouped], len(labels)
                 )
                 size = np.bincount(codes[codes >= 0], minlength=len(labels))
-                picks = greedy_variance_reduction(w, o, sums / size, n_queries)
+                # Each group's score in units of its current spread, so that
+                # every group's interval counts alike, however wide.
+                targets = sums / size
+                spread = np.sqrt(w @ (targets - w @ targets) ** 2)
+                targets = np.divide(
+                    targets, spread, out=np.zeros_like(targets), where=spread > 1e-12
+                )
+                picks = greedy_variance_reduction(
+                    w, o, targets, n_queries, noise=w @ (p * (1 - p))
+                )
         return [pool[int(i)] for i in picks]
 
     def collect_evaluations(
@@ -560,6 +593,14 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         _check_count(n_queries, "n_queries")
         (collected,) = _evaluation_dicts([evaluations or {}], None, what="evaluations")
         collected = dict(collected)
+        candidates, _, _ = _queries_and_groups(candidates, None, what="candidates")
+        still_open = sum(query not in collected for query in candidates)
+        if n_queries > still_open:  # before any evaluation is paid for
+            raise ValueError(
+                f"asked for {n_queries} queries, but only {still_open} of the "
+                f"{len(candidates)} candidates are not evaluated yet; give more "
+                "candidates or ask for fewer"
+            )
         remaining = int(n_queries)
         while remaining:
             batch = self.suggest_queries(
@@ -589,7 +630,10 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         picks = []
         if evaluations:
             seen = np.asarray(encode(list(evaluations)), dtype=np.float64)
-            distance = _distances(vectors, seen).min(axis=1)
+            distance = np.full(len(vectors), np.inf)
+            for start in range(0, len(seen), _QUERY_CHUNK):
+                block = _distances(vectors, seen[start : start + _QUERY_CHUNK])
+                distance = np.minimum(distance, block.min(axis=1))
         else:  # the first pick is the candidate nearest the centre of them all
             centre = vectors.mean(axis=0, keepdims=True)
             picks.append(int(np.argmin(_distances(vectors, centre)[:, 0])))
@@ -634,13 +678,21 @@ def _evaluation_dicts(X, model_names, what="X"):
         raise ValueError(
             f"model_names has {len(model_names)} names for {len(sets)} evaluation sets"
         )
-    filled = [i for i, s in enumerate(sets) if len(s)]
-    out = [{} for _ in sets]
-    if filled:
-        names = None if model_names is None else [str(model_names[i]) for i in filled]
-        ragged = check_evaluation_sets([sets[i] for i in filled], names)
-        for i, checked in zip(filled, ragged.to_dicts()):
-            out[i] = checked
+    out = []
+    for i, evaluation_set in enumerate(sets):
+        if not len(evaluation_set):
+            out.append({})
+            continue
+        # One set at a time, so that a message names the set as the user knows it.
+        where = what if what != "X" else f"X[{i}]"
+        if model_names is not None:
+            where += f" (model {str(model_names[i])!r})"
+        try:
+            (checked,) = check_evaluation_sets([evaluation_set]).to_dicts()
+        except (TypeError, ValueError) as error:
+            message = str(error).replace("evaluation set 0", where, 1)
+            raise type(error)(message) from None
+        out.append(checked)
     return out
 
 
@@ -660,9 +712,12 @@ def _queries_and_groups(queries, query_groups, what="queries"):
     present = groups != None  # noqa: E711 (an object array: None marks no group)
     if not present.any():
         raise ValueError("query_groups gives no query a group")
-    labels, codes = [], np.full(len(queries), -1, dtype=np.int64)
-    index = {}
-    for i in np.flatnonzero(present):
-        codes[i] = index.setdefault(groups[i], len(index))
-    labels = list(index)
+    labels = list(dict.fromkeys(groups[present]))
+    try:  # sorted, as pandas' groupby sorts, when the labels can be
+        labels = sorted(labels)
+    except TypeError:
+        pass
+    index = {label: code for code, label in enumerate(labels)}
+    codes = np.full(len(queries), -1, dtype=np.int64)
+    codes[present] = [index[group] for group in groups[present]]
     return queries, codes, labels

@@ -196,11 +196,35 @@ def test_suggest_writes_what_the_library_suggests(workspace, capsys):
     benchmark_of = dict(zip(data.query_ids, data.benchmarks.astype(str)))
     assert chosen["group"].tolist() == [benchmark_of[q] for q in expected]
 
+    stranger = succeeded(
+        in_process(
+            "suggest",
+            *arguments[:5],
+            "--new-model",
+            "nobody",
+            "-k",
+            "2",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    assert "'nobody' has no rows in partial.csv" in stranger.stderr
+    assert "0 evaluated so far, 30 reference models" in stranger.stderr
+
     exhausted = in_process(
         "suggest", *arguments[:-4], "-k", "141", cwd=folder, capsys=capsys
     )
     assert exhausted.returncode == 2
     assert "only 140 of the 150 candidates" in exhausted.stderr
+
+
+def test_suggest_offers_every_strategy_of_the_library():
+    from sklocus._score_estimation import STRATEGIES
+    from sklocus.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    (strategy,) = [a for a in commands["suggest"]._actions if a.dest == "strategy"]
+    assert tuple(strategy.choices) == STRATEGIES
 
 
 def test_route_with_a_threshold_picks_what_the_library_picks(workspace, capsys):

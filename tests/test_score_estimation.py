@@ -25,12 +25,19 @@ def data():
 
 @pytest.fixture(scope="module")
 def embedder(data):
+    # Small, but trained enough that its reference models differ (a network that
+    # learnt only the queries' difficulty would make every test of the weights
+    # vacuous).
     return LocusEmbedder(
         query_encoder=data.encoder,
         embedding_dim=16,
         n_latents=4,
-        max_epochs=2,
-        epoch_size=256,
+        encoder_sizes=(8, 64),
+        decoder_size=64,
+        max_epochs=4,
+        epoch_size=512,
+        lr=3e-3,
+        predictor_lr=1e-2,
         random_state=0,
     ).fit(data.evaluation_sets[:N_REFERENCE])
 
@@ -49,8 +56,10 @@ def _shown(data, model, n, seed):
     return {q: data.evaluation_sets[model][q] for q in queries}
 
 
-def test_fit_calibrates_on_the_references(estimator):
+def test_fit_calibrates_on_the_references(data, estimator):
     assert estimator.reference_embeddings_.shape == (N_REFERENCE, 16)
+    spread = estimator._reference_predictions(data.query_ids).std(axis=0).mean()
+    assert spread > 0.05  # the reference models predict differently
     assert estimator.temperature_ > 0
     assert estimator.interval_scale_ > 0
     assert 0 <= estimator.coverage_ <= 1
@@ -79,17 +88,21 @@ def test_intervals_hold_the_truth_at_their_nominal_rate(data, estimator):
     assert np.mean(widths) < 4 * np.std(truths)
 
 
-def test_estimates_improve_with_evaluations(data, estimator):
-    errors = {5: [], 80: []}
+def test_evaluations_inform_the_queries_not_evaluated(data, estimator):
+    """Shown results on half the queries sharpen the estimate on the other
+    half, which no result touches: the weights carry what the results say."""
+    shown_half, other_half = data.query_ids[::2], data.query_ids[1::2]
+    errors = {0: [], 40: []}
+    rng = np.random.default_rng(0)
     for model in range(N_REFERENCE, N_REFERENCE + 40):
-        outcomes = np.array([data.evaluation_sets[model][q] for q in data.query_ids])
-        for n in errors:
-            table = estimator.estimate_scores(
-                [_shown(data, model, n, model)], data.query_ids
-            )
-            errors[n].append(table.estimate[0] - outcomes.mean())
+        truth = np.mean([data.evaluation_sets[model][q] for q in other_half])
+        picked = rng.choice(shown_half, 40, replace=False)
+        shown = {q: data.evaluation_sets[model][q] for q in picked}
+        for n, results in ((0, {}), (40, shown)):
+            table = estimator.estimate_scores([results], other_half)
+            errors[n].append(table.estimate[0] - truth)
     rmse = {n: np.sqrt(np.mean(np.square(e))) for n, e in errors.items()}
-    assert rmse[80] < rmse[5]
+    assert rmse[40] < 0.7 * rmse[0], rmse
 
 
 def test_estimate_table(data, estimator):
@@ -156,11 +169,34 @@ def test_one_at_a_time_never_repeats(data, estimator):
 
 
 def test_variance_strategy_spreads_over_the_groups(data, estimator):
+    # Ten queries at random miss one of the five groups half the time.
     chosen = estimator.suggest_queries(
-        {}, data.query_ids, 20, query_groups=data.benchmarks
+        {}, data.query_ids, 10, query_groups=data.benchmarks
     )
     benchmark_of = dict(zip(data.query_ids, data.benchmarks))
     assert len({benchmark_of[q] for q in chosen}) == len(np.unique(data.benchmarks))
+
+
+def test_variance_strategy_with_candidates_in_no_group(data, estimator):
+    groups = data.benchmarks.astype(object)
+    groups[::3] = None
+    chosen = estimator.suggest_queries({}, data.query_ids, 6, query_groups=groups)
+    assert len(set(chosen)) == 6
+    with pytest.raises(ValueError, match="no query a group"):
+        estimator.suggest_queries(
+            {}, data.query_ids, 1, query_groups=[None] * len(data.query_ids)
+        )
+
+
+def test_predictions_are_the_same_without_the_cache(data, estimator, monkeypatch):
+    shown = _shown(data, N_REFERENCE + 4, 15, 4)
+    kept = estimator.estimate_scores([shown], data.query_ids, data.benchmarks)
+    picks = estimator.suggest_queries(shown, data.query_ids, 5)
+    # A cache too small for any query: every call predicts afresh.
+    monkeypatch.setattr("sklocus._score_estimation._CACHE_BYTES", 16)
+    fresh = estimator.estimate_scores([shown], data.query_ids, data.benchmarks)
+    np.testing.assert_allclose(fresh.estimate, kept.estimate, rtol=1e-6)
+    assert estimator.suggest_queries(shown, data.query_ids, 5) == picks
 
 
 def test_exhausted_candidates_are_an_error(data, estimator):
@@ -251,6 +287,20 @@ def test_collect_evaluations_runs_the_onboarding_loop(data, estimator):
     }
     assert all(collected[q] == model[q] for q in collected)
     assert data.query_ids[0] not in {q for batch in calls for q in batch}
+
+
+def test_collect_evaluations_refuses_before_evaluating_anything(data, estimator):
+    def evaluate(queries):
+        raise AssertionError("evaluated although the candidates run out")
+
+    with pytest.raises(ValueError, match="only 5 of the 5 candidates"):
+        estimator.collect_evaluations(evaluate, data.query_ids[:5], 6, batch_size=2)
+
+
+def test_a_bad_score_names_its_set(data, estimator):
+    sets = [{}, {data.query_ids[0]: 1.0}, {data.query_ids[1]: 2.0}]
+    with pytest.raises(ValueError, match=r"X\[2\] has score 2.0"):
+        estimator.estimate_scores(sets, data.query_ids)
 
 
 def test_collect_evaluations_checks_what_evaluate_returns(data, estimator):

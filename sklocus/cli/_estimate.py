@@ -20,6 +20,8 @@ def run_suggest(arguments):
     names = evaluations.model_names
     references = [s for name, s in zip(names, evaluations.sets) if name != new]
     so_far = next((s for name, s in zip(names, evaluations.sets) if name == new), {})
+    if not so_far:
+        say(f"{new!r} has no rows in {evaluations.source}: a model with no results")
     if len(references) < 2:
         raise UserError(
             f"{evaluations.source}: {len(references)} model besides {new!r}; the "
