@@ -47,6 +47,14 @@ def _onboarded_predictions_beat_the_baseline(output):
     assert "router models: 120" in output
 
 
+def _chosen_queries_estimate_better(output):
+    chosen = _number(output, "RMSE per benchmark, chosen, estimate:")
+    assert chosen < _number(output, "RMSE per benchmark, random, plain mean:")
+    coverage = _number(output, "90% intervals that hold the true score:")
+    assert 0.75 <= coverage <= 0.98
+    assert "router models: 161" in output
+
+
 def _greedy_portfolio_fits_the_budget(output):
     row = re.search(r"^coverage greedy\s+(\d+)\s+([0-9.]+)", output, re.MULTILINE)
     assert row, output
@@ -91,6 +99,7 @@ CHECKS = {
     "quick_start.py": _routes_beat_the_best_model,
     "table_to_saved_router.py": _served_routes_match,
     "onboarding_new_models.py": _onboarded_predictions_beat_the_baseline,
+    "estimate_scores_of_a_new_model.py": _chosen_queries_estimate_better,
     "portfolio_under_budget.py": _greedy_portfolio_fits_the_budget,
     "substitutes_and_fallback.py": _fallback_moves_only_the_lost_queries,
     "grid_search_n_latents.py": _search_names_a_best_setting,
