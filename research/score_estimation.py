@@ -238,19 +238,31 @@ def budget(benchmarks, n, mode):
     return sum(min(round(n * size / len(benchmarks)), size) for size in sizes)
 
 
-def mapped_rmse(fit_features, fit_truth, test_features, test_truth):
+def mapped_rmse(truths, *features):
     """RMSE of a linear map per benchmark from ``features`` to the leaderboard.
 
-    ``*_features`` are lists of ``(n_models, 5)`` arrays; benchmark ``k``'s map
-    reads column ``k`` of each, fitted on the map models.
+    ``truths`` and each feature are pairs ``(map models, held-out models)`` of
+    ``(n_models, 5)`` arrays; benchmark ``k``'s map reads column ``k`` of each
+    feature, fitted on the map models.
     """
-    estimates = np.empty_like(test_truth)
+    estimates = np.empty_like(truths[1])
     for k in range(len(BENCHMARKS)):
-        fit = np.column_stack([f[:, k] for f in fit_features])
-        test = np.column_stack([f[:, k] for f in test_features])
-        line = LinearRegression().fit(fit, fit_truth[:, k])
+        fit, test = (np.column_stack([f[s][:, k] for f in features]) for s in (0, 1))
+        line = LinearRegression().fit(fit, truths[0][:, k])
         estimates[:, k] = line.predict(test)
-    return rmse(estimates, test_truth)
+    return rmse(estimates, truths[1]).tolist()
+
+
+def locus_figures(estimator, groups, masks, truths, ids, benchmarks):
+    """RMSE of ScoreEstimator's mapped estimates, and its intervals' coverage."""
+    means = [masked_means(m, benchmarks, c) for m, c in zip(groups, masks)]
+    found = [
+        locus_estimates(estimator, m, ids, benchmarks, c) for m, c in zip(groups, masks)
+    ]
+    return {
+        "rmse": mapped_rmse(truths, [f[0] for f in found], means),
+        "coverage": float(found[1][1].mean()),
+    }
 
 
 def locus_estimates(estimator, matrix, ids, benchmarks, chosen):
@@ -322,32 +334,9 @@ def measure_models(data, scores, seed, embedder, references):
         draw = np.random.default_rng((seed, n, 36))
         masks = [draw_mask(m, benchmarks, n, draw, mode) for m in groups]
         means = [masked_means(m, benchmarks, c) for m, c in zip(groups, masks)]
-        rows.append(
-            {
-                **row,
-                "method": "item mean",
-                "rmse": mapped_rmse(
-                    [means[0]], truths[0], [means[1]], truths[1]
-                ).tolist(),
-            }
-        )
-        found = [
-            locus_estimates(estimator, m, ids, benchmarks, c)
-            for m, c in zip(groups, masks)
-        ]
-        rows.append(
-            {
-                **row,
-                "method": "LOCUS, random",
-                "rmse": mapped_rmse(
-                    [found[0][0], means[0]],
-                    truths[0],
-                    [found[1][0], means[1]],
-                    truths[1],
-                ).tolist(),
-                "coverage": float(found[1][1].mean()),
-            }
-        )
+        rows.append({**row, "method": "item mean", "rmse": mapped_rmse(truths, means)})
+        figures = locus_figures(estimator, groups, masks, truths, ids, benchmarks)
+        rows.append({**row, "method": "LOCUS, random", **figures})
         if mode != "stratified":
             quotas = {}
             if mode == "per benchmark":
@@ -359,39 +348,19 @@ def measure_models(data, scores, seed, embedder, references):
             irt_est = [
                 irt.estimated_means(a, b, dims, m, c) for m, c in zip(groups, irt_masks)
             ]
-            rows.append(
-                {
-                    **row,
-                    "method": "IRT 2PL, Fisher",
-                    "rmse": mapped_rmse(
-                        [irt_est[0], irt_means[0]],
-                        truths[0],
-                        [irt_est[1], irt_means[1]],
-                        truths[1],
-                    ).tolist(),
-                }
-            )
+            error = mapped_rmse(truths, irt_est, irt_means)
+            rows.append({**row, "method": "IRT 2PL, Fisher", "rmse": error})
         if (mode, n) in CHOSEN:
             start = time.perf_counter()
             chosen = [chosen_mask(estimator, m, ids, benchmarks, total) for m in groups]
-            seconds = time.perf_counter() - start
-            means = [masked_means(m, benchmarks, c) for m, c in zip(groups, chosen)]
-            found = [
-                locus_estimates(estimator, m, ids, benchmarks, c)
-                for m, c in zip(groups, chosen)
-            ]
+            seconds = round((time.perf_counter() - start) / sum(map(len, groups)), 2)
+            figures = locus_figures(estimator, groups, chosen, truths, ids, benchmarks)
             rows.append(
                 {
                     **row,
                     "method": "LOCUS, chosen",
-                    "rmse": mapped_rmse(
-                        [found[0][0], means[0]],
-                        truths[0],
-                        [found[1][0], means[1]],
-                        truths[1],
-                    ).tolist(),
-                    "coverage": float(found[1][1].mean()),
-                    "seconds_per_model": round(seconds / sum(map(len, groups)), 2),
+                    **figures,
+                    "seconds_per_model": seconds,
                 }
             )
     return rows
