@@ -126,10 +126,10 @@ def greedy_variance_reduction(weights, predictions, targets, n_choices, noise=No
     n_choices : int
         At most ``n_candidates``.
     noise : ndarray of shape (n_candidates,), default=None
-        The variance of each candidate's outcome around its P(correct); default
-        ``E[p (1 - p)]`` under the weights. Give it when ``predictions`` are
-        reference models' observed outcomes (0 or 1), whose own ``p (1 - p)``
-        would say the outcome is certain.
+        The variance of each candidate's outcome around ``predictions``; default
+        ``E[p (1 - p)]`` under the weights, which is 0 where ``predictions``
+        are observed outcomes (0 or 1): the outcome is then a draw from the
+        weighted outcomes, whose spread is its whole variance.
 
     Returns
     -------

@@ -542,9 +542,11 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
                 targets = np.divide(
                     targets, spread, out=np.zeros_like(targets), where=spread > 1e-12
                 )
-                picks = greedy_variance_reduction(
-                    w, o, targets, n_queries, noise=w @ (p * (1 - p))
-                )
+                # The reference models' outcomes, not their predictions: a
+                # result is a draw from the weighted mixture of what they did,
+                # whose spread already holds the outcome's randomness (adding
+                # p (1 - p) again chose worse queries on the Open LLM data).
+                picks = greedy_variance_reduction(w, o, targets, n_queries)
         return [pool[int(i)] for i in picks]
 
     def collect_evaluations(
