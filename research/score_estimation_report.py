@@ -44,6 +44,13 @@ def report(paths):
         "its standard deviation; RMSE in leaderboard points against the "
         "leaderboard's own full-benchmark scores.",
         "",
+        "The tables per setting are over 112 held-out models per seed (the "
+        "item mean measured again on them, from the same draws as LOCUS's "
+        "random items); 'LOCUS, chosen' spends the setting's total number of "
+        "items as the estimator chooses, not n per benchmark. mmlu, truthfulqa "
+        "and winogrande have fewer than 100 train items: at 100 per benchmark "
+        "every method sees all of mmlu's.",
+        "",
     ]
     model_rows = [r for r in rows if r.get("map_models")]
     ceiling = [r["rmse"] for r in rows if r["method"] == "all train items"]

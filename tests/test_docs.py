@@ -34,6 +34,7 @@ USER_GUIDE = (
     "encoders",
     "training",
     "onboarding",
+    "score-estimation",
     "choosing-an-embedder",
     "routing",
     "geometry",
