@@ -68,7 +68,7 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
     measured, not assumed. :meth:`suggest_queries` says which queries to evaluate
     next to narrow the intervals most.
 
-    Read more in the :doc:`User Guide <user_guide/score-estimation>`.
+    Read more in the :ref:`User Guide <score_estimation>`.
 
     Parameters
     ----------
