@@ -30,6 +30,7 @@ LAYERS = [
         "metrics",
         "_routing",
         "_cost_quality",
+        "_model_posterior",
     ],
     # Data, query encoders, the torch network and the pure numerics of routing.
     [
@@ -44,7 +45,7 @@ LAYERS = [
         "geometry",
     ],
     # The estimators of models and the ways to feed them.
-    ["_embedder", "_selection", "_streaming", "dask", "datasets"],
+    ["_embedder", "_selection", "_streaming", "dask", "datasets", "_score_estimation"],
     ["_router"],
     # What is built on the estimators: model files and the model map.
     ["_persistence", "report"],
