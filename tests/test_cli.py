@@ -218,6 +218,60 @@ def test_suggest_writes_what_the_library_suggests(workspace, capsys):
     assert "only 140 of the 150 candidates" in exhausted.stderr
 
 
+def test_estimate_writes_what_the_library_estimates(workspace, capsys):
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv", dtype={"model": str, "query": str})
+    new = data.model_names[-1]
+    so_far = table[table.model == new].head(20)
+    pd.concat([table[table.model != new], so_far]).to_csv(
+        folder / "first20.csv", index=False
+    )
+    groups = data.benchmarks.astype(str)
+    pd.DataFrame({"query": data.query_ids, "benchmark": groups}).to_csv(
+        folder / "benchmark.csv", index=False
+    )
+    run = succeeded(
+        in_process(
+            "estimate",
+            "model.sklocus",
+            "first20.csv",
+            "benchmark.csv",
+            "-o",
+            "estimates.csv",
+            "--new-model",
+            new,
+            "--new-model",
+            "nobody",
+            "--group-column",
+            "benchmark",
+            "--random-state",
+            "0",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    assert "'nobody' has no rows in first20.csv" in run.stderr
+    assert "Estimated 2 model(s) on 5 group(s) from 29 reference models" in run.stderr
+    written = pd.read_csv(folder / "estimates.csv", dtype={"model": str, "group": str})
+    embedder = load_model_file(folder / "model.sklocus")
+    estimator = ScoreEstimator(embedder, random_state=0).fit(data.evaluation_sets[:-1])
+    expected = estimator.estimate_scores(
+        [dict(zip(so_far["query"], so_far["score"])), {}],
+        data.query_ids,
+        groups,
+        model_names=[new, "nobody"],
+    )
+    assert written.columns.tolist() == expected.columns.tolist()
+    assert written.model.tolist() == expected.model.tolist()
+    assert written.group.tolist() == expected.group.tolist()
+    np.testing.assert_allclose(
+        written[["estimate", "std", "lower", "upper"]].to_numpy(),
+        expected[["estimate", "std", "lower", "upper"]].to_numpy(),
+        rtol=1e-6,
+    )
+    assert written.n_evaluated.sum() == 20
+
+
 def test_suggest_offers_every_strategy_of_the_library():
     from sklocus._score_estimation import STRATEGIES
     from sklocus.cli import build_parser

@@ -1,6 +1,8 @@
-"""``sklocus suggest``: which queries to evaluate a new model on next."""
+"""``sklocus suggest`` and ``estimate``: evaluating new models on a few queries."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -11,21 +13,33 @@ from sklocus.cli._tables import read_evaluations, read_queries, write_table
 from sklocus.encoders import SentenceEncoder
 
 
-def run_suggest(arguments):
-    """Suggest the queries to evaluate a new model on."""
+@dataclass
+class _Setting:
+    """What both commands read: the estimator's parts and the new models."""
+
+    embedder: object
+    references: list
+    new_models: dict  # name: its evaluations so far (possibly none)
+    ids: list
+    groups: list | None
+
+
+def _read(arguments, new_names):
+    """Read MODEL, EVALS and QUERIES; split EVALS into references and new models."""
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments)
     teach_queries(embedder, arguments, evaluations)
-    new = arguments.new_model
     names = evaluations.model_names
-    references = [s for name, s in zip(names, evaluations.sets) if name != new]
-    so_far = next((s for name, s in zip(names, evaluations.sets) if name == new), {})
-    if not so_far:
-        say(f"{new!r} has no rows in {evaluations.source}: a model with no results")
+    sets = dict(zip(names, evaluations.sets))
+    for name in new_names:
+        if name not in sets:
+            say(f"{name!r} has no rows in {evaluations.source}: no results yet")
+    new = set(new_names)
+    references = [s for name, s in zip(names, evaluations.sets) if name not in new]
     if len(references) < 2:
         raise UserError(
-            f"{evaluations.source}: {len(references)} model besides {new!r}; the "
-            "suggestions need at least 2 reference models, and are better the more "
+            f"{evaluations.source}: {len(references)} model besides the new ones; "
+            "estimates need at least 2 reference models, and are better the more "
             "there are"
         )
     ids, texts, groups = read_queries(
@@ -37,24 +51,60 @@ def run_suggest(arguments):
     encoder = embedder.query_encoder_
     if arguments.text_column is not None and isinstance(encoder, SentenceEncoder):
         encoder.set_params(texts={**(encoder.texts or {}), **dict(zip(ids, texts))})
-    estimator = ScoreEstimator(embedder, random_state=arguments.random_state)
-    with encoding_cache(embedder, arguments):
-        estimator.fit(references)
+    new_models = {name: sets.get(name, {}) for name in new_names}
+    return _Setting(embedder, references, new_models, ids, groups)
+
+
+def run_suggest(arguments):
+    """Suggest the queries to evaluate a new model on."""
+    new = arguments.new_model
+    setting = _read(arguments, [new])
+    so_far = setting.new_models[new]
+    estimator = ScoreEstimator(setting.embedder, random_state=arguments.random_state)
+    with encoding_cache(setting.embedder, arguments):
+        estimator.fit(setting.references)
         chosen = estimator.suggest_queries(
             so_far,
-            ids,
+            setting.ids,
             arguments.k,
-            query_groups=groups,
+            query_groups=setting.groups,
             strategy=arguments.strategy,
         )
     frame = pd.DataFrame({"query": chosen, "order": range(1, len(chosen) + 1)})
-    if groups is not None:
-        group_of = dict(zip(ids, groups))
+    if setting.groups is not None:
+        group_of = dict(zip(setting.ids, setting.groups))
         frame["group"] = [group_of[query] for query in chosen]
     write_table(frame, arguments.output)
     say(
-        f"Suggested {len(frame)} of {len(ids)} queries for {new!r} "
-        f"({len(so_far)} evaluated so far, {len(references)} reference models) to "
-        f"{arguments.output}."
+        f"Suggested {len(frame)} of {len(setting.ids)} queries for {new!r} "
+        f"({len(so_far)} evaluated so far, {len(setting.references)} reference "
+        f"models) to {arguments.output}."
+    )
+    return 0
+
+
+def run_estimate(arguments):
+    """Estimate new models' scores on the groups of QUERIES."""
+    names = list(dict.fromkeys(arguments.new_model))
+    setting = _read(arguments, names)
+    estimator = ScoreEstimator(
+        setting.embedder,
+        confidence=arguments.confidence,
+        random_state=arguments.random_state,
+    )
+    with encoding_cache(setting.embedder, arguments):
+        estimator.fit(setting.references)
+        frame = estimator.estimate_scores(
+            list(setting.new_models.values()),
+            setting.ids,
+            setting.groups,
+            model_names=names,
+        )
+    write_table(frame, arguments.output)
+    say(
+        f"Estimated {len(names)} model(s) on {frame['group'].nunique()} group(s) "
+        f"from {len(setting.references)} reference models, at "
+        f"{arguments.confidence:.0%} (coverage measured on held-out reference "
+        f"models: {estimator.coverage_:.0%}), to {arguments.output}."
     )
     return 0

@@ -26,10 +26,11 @@ DESCRIPTION = (
     "LOCUS model embeddings from the shell. 'sklocus fit' trains an embedder on a "
     "long table of evaluations (one row per model, query and score) and saves it; "
     "'embed' and 'route' use it on a pool of models; 'suggest' chooses which "
-    "queries to evaluate a new model on; 'neighbors', 'duplicates', "
-    "'clusters' and 'select' work on the embeddings; 'report' writes the model "
-    "map; 'serve' serves a router over HTTP; 'demo' runs the main job on built-in "
-    "data. 'sklocus COMMAND --help' lists a command's options."
+    "queries to evaluate a new model on and 'estimate' its scores; 'neighbors', "
+    "'duplicates', 'clusters' and 'select' work on the embeddings; 'report' "
+    "writes the model map; 'serve' serves a router over HTTP; 'demo' runs the "
+    "main job on built-in data. 'sklocus COMMAND --help' lists a command's "
+    "options."
 )
 # --quick: a smaller pool and shorter training, for a first look in under a minute.
 QUICK = {
@@ -276,6 +277,53 @@ def _add_model_commands(commands):
         "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
     )
     suggest.set_defaults(run="_estimate:run_suggest")
+
+    estimate = commands.add_parser(
+        "estimate",
+        help="estimate new models' scores from a few evaluations",
+        description="Estimate the mean score of each model named by --new-model on "
+        "each group of QUERIES (a benchmark, a subject; all of them when no "
+        "--group-column is given) from its rows of EVALS, the other models of "
+        "EVALS being the reference models, and write one row per model and group: "
+        "model, group, n_queries, n_evaluated, estimate, std, lower, upper. QUERIES "
+        "is read as suggest reads it.",
+    )
+    estimate.add_argument(
+        "model", metavar="MODEL", help="a model file from sklocus fit"
+    )
+    estimate.add_argument(
+        "evals", metavar="EVALS", help="the evaluations, the new models' included"
+    )
+    estimate.add_argument(
+        "queries", metavar="QUERIES", help="every query of the groups to estimate"
+    )
+    add_output_option(estimate, required=True, what="the estimates")
+    add_table_options(estimate)
+    add_encoding_cache_option(add_vector_options(estimate))
+    choice = estimate.add_argument_group("estimates")
+    choice.add_argument(
+        "--new-model",
+        required=True,
+        action="append",
+        metavar="NAME",
+        help="a model to estimate, left out of the reference models (repeatable)",
+    )
+    choice.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's benchmark, subject or category, a column of QUERIES",
+    )
+    choice.add_argument(
+        "--confidence",
+        type=probability,
+        default=0.9,
+        metavar="P",
+        help="the intervals' nominal coverage, in (0, 1) (default: 0.9)",
+    )
+    choice.add_argument(
+        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
+    )
+    estimate.set_defaults(run="_estimate:run_estimate")
 
 
 def _add_geometry_commands(commands):
