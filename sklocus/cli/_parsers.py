@@ -58,6 +58,7 @@ def build_parser():
     # their usage errors are one line too.
     for add in (
         _add_model_commands,
+        _add_evaluation_commands,
         _add_geometry_commands,
         _add_report_command,
         _add_serve_command,
@@ -223,6 +224,35 @@ def _add_model_commands(commands):
     )
     route.set_defaults(run="_models:run_route")
 
+
+def _add_new_model_inputs(parser, *, evals, queries, output, title, groups):
+    """Add what ``suggest`` and ``estimate`` both read, and their shared options.
+
+    Returns the argument group of the command's own options, which already
+    holds ``--group-column`` (``groups`` says what it does) and
+    ``--random-state``.
+    """
+    parser.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
+    parser.add_argument("evals", metavar="EVALS", help=evals)
+    parser.add_argument("queries", metavar="QUERIES", help=queries)
+    add_output_option(parser, required=True, what=output)
+    add_table_options(parser)
+    add_encoding_cache_option(add_vector_options(parser))
+    group = parser.add_argument_group(title)
+    group.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's benchmark, subject or category, a column of QUERIES"
+        + groups,
+    )
+    group.add_argument(
+        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
+    )
+    return group
+
+
+def _add_evaluation_commands(commands):
+    """Add ``suggest`` and ``estimate``: evaluating new models on a few queries."""
     suggest = commands.add_parser(
         "suggest",
         help="choose which queries to evaluate a new model on",
@@ -234,17 +264,14 @@ def _add_model_commands(commands):
         "table with the query column (and the text column, when given), or a .txt "
         "file of one query per line.",
     )
-    suggest.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
-    suggest.add_argument(
-        "evals", metavar="EVALS", help="the reference models' evaluations"
+    choice = _add_new_model_inputs(
+        suggest,
+        evals="the reference models' evaluations",
+        queries="the queries it may be evaluated on",
+        output="the suggested queries",
+        title="choice",
+        groups=": the suggestions narrow every group's estimated score alike",
     )
-    suggest.add_argument(
-        "queries", metavar="QUERIES", help="the queries it may be evaluated on"
-    )
-    add_output_option(suggest, required=True, what="the suggested queries")
-    add_table_options(suggest)
-    add_encoding_cache_option(add_vector_options(suggest))
-    choice = suggest.add_argument_group("choice")
     choice.add_argument(
         "--new-model",
         required=True,
@@ -267,15 +294,6 @@ def _add_model_commands(commands):
         "scores most; disagreement: where the models like it disagree most; "
         "coverage: spread over the query encodings; random",
     )
-    choice.add_argument(
-        "--group-column",
-        metavar="COL",
-        help="each query's benchmark, subject or category, a column of QUERIES: "
-        "the suggestions narrow every group's estimated score alike",
-    )
-    choice.add_argument(
-        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
-    )
     suggest.set_defaults(run="_estimate:run_suggest")
 
     estimate = commands.add_parser(
@@ -288,19 +306,14 @@ def _add_model_commands(commands):
         "model, group, n_queries, n_evaluated, estimate, std, lower, upper. QUERIES "
         "is read as suggest reads it.",
     )
-    estimate.add_argument(
-        "model", metavar="MODEL", help="a model file from sklocus fit"
+    choice = _add_new_model_inputs(
+        estimate,
+        evals="the evaluations, the new models' included",
+        queries="every query of the groups to estimate",
+        output="the estimates",
+        title="estimates",
+        groups="",
     )
-    estimate.add_argument(
-        "evals", metavar="EVALS", help="the evaluations, the new models' included"
-    )
-    estimate.add_argument(
-        "queries", metavar="QUERIES", help="every query of the groups to estimate"
-    )
-    add_output_option(estimate, required=True, what="the estimates")
-    add_table_options(estimate)
-    add_encoding_cache_option(add_vector_options(estimate))
-    choice = estimate.add_argument_group("estimates")
     choice.add_argument(
         "--new-model",
         required=True,
@@ -309,19 +322,11 @@ def _add_model_commands(commands):
         help="a model to estimate, left out of the reference models (repeatable)",
     )
     choice.add_argument(
-        "--group-column",
-        metavar="COL",
-        help="each query's benchmark, subject or category, a column of QUERIES",
-    )
-    choice.add_argument(
         "--confidence",
         type=probability,
         default=0.9,
         metavar="P",
         help="the intervals' nominal coverage, in (0, 1) (default: 0.9)",
-    )
-    choice.add_argument(
-        "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
     )
     estimate.set_defaults(run="_estimate:run_estimate")
 
