@@ -175,6 +175,10 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         self.reference_embeddings_ = np.asarray(self.embedder.transform(references))
         self._references = references
         self._reference_codes = {q: i for i, q in enumerate(references.queries)}
+        # The reference model of each of their evaluations, for _reference_outcomes.
+        self._reference_owner = np.repeat(
+            np.arange(references.n_sets), references.sizes
+        )
         self._calibrate(ragged, rng)
         return self
 
@@ -329,8 +333,7 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         at = column[references.query_codes]
         hit = at >= 0
         if hit.any():
-            owner = np.repeat(np.arange(references.n_sets), references.sizes)
-            out[owner[hit], at[hit]] = references.scores[hit]
+            out[self._reference_owner[hit], at[hit]] = references.scores[hit]
         return out
 
     def _weights(self, evaluations):
