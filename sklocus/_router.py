@@ -29,6 +29,13 @@ from sklocus._groups import (
     fit_group_offsets,
     logits,
 )
+from sklocus._kept_evaluations import (
+    KeptEvaluations,
+    add_outcomes,
+    append_models,
+    keep,
+    keep_models,
+)
 from sklocus._query_heads import apply_heads, fit_heads
 from sklocus._routing import (
     best_models,
@@ -59,6 +66,15 @@ _QUERY_CHUNK = 8192
 _CALIBRATION = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
 # What query heads fit (None otherwise).
 _HEADS = ("head_weights_", "head_biases_", "head_blends_", "head_blend_")
+# The evaluations the router keeps (:mod:`sklocus._kept_evaluations`), in the
+# order of KeptEvaluations' fields.
+_KEPT = (
+    "evaluation_queries_",
+    "evaluation_codes_",
+    "evaluation_sums_",
+    "evaluation_counts_",
+    "evaluation_offsets_",
+)
 
 
 def check_cost(cost, names):
@@ -104,6 +120,12 @@ def _score_table(Y, queries, classes=None):
         if scores.ndim != 2:
             raise ValueError(
                 f"Y must be 2-D (n_queries, n_models); got shape {scores.shape}"
+            )
+        if classes is not None and scores.shape[1] != len(classes):
+            raise ValueError(
+                f"Y has {scores.shape[1]} columns but the router has "
+                f"{len(classes)} models; give one column per model of classes_, "
+                "in that order"
             )
         names = np.arange(scores.shape[1]) if classes is None else np.asarray(classes)
     if len(scores) != len(queries):
@@ -461,8 +483,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 "every model needs at least one"
             )
         model_names = [str(name) for name in names]
-        evaluation_sets = from_matrix(scores.T, queries, model_names)
-        return self._fit(evaluation_sets, names, cost, (queries, scores), query_groups)
+        ragged = check_evaluation_sets(from_matrix(scores.T, queries), model_names)
+        return self._fit(ragged, names, cost, (queries, scores), query_groups)
 
     def fit_evaluations(
         self, evaluation_sets, names=None, cost=None, query_groups=None
@@ -518,11 +540,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             table = (queries, scores.T)
             if query_groups is not None:
                 groups = self._groups_of(query_groups, queries, "fit_evaluations")
-        return self._fit(evaluation_sets, names, cost, table, groups)
+        return self._fit(ragged, names, cost, table, groups)
 
     def _fit(self, evaluation_sets, names, cost, table, query_groups):
         """Fit on checked sets; ``table`` is ``(queries, scores)``, dense, when needed.
 
+        ``evaluation_sets`` is a :class:`~sklocus.evaluations.RaggedEvaluations`.
         ``scores`` is ``(n_queries, n_models)`` with NaN where unobserved; only
         calibration and query groups read it.
         """
@@ -540,6 +563,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             )
         self.embedder_ = clone(embedder).fit(evaluation_sets, None)
         self.embeddings_ = self._embed(evaluation_sets)
+        self._set_kept(keep(evaluation_sets))
+        self.evaluation_groups_ = None
         self.classes_ = names
         self.cost_ = cost
         for name in _CALIBRATION:
@@ -593,7 +618,51 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 scores,
                 query_groups,
             )
+            self.evaluation_groups_ = self._group_codes(
+                self.evaluation_queries_, dict(zip(queries, query_groups))
+            )
         return self
+
+    # -- the evaluations kept ---------------------------------------------------
+
+    def _kept(self):
+        return KeptEvaluations(*(getattr(self, name) for name in _KEPT))
+
+    def _set_kept(self, kept):
+        for name, value in zip(_KEPT, kept):
+            setattr(self, name, value)
+
+    def _group_codes(self, queries, group_of):
+        """Each query's index in ``groups_`` (-1 for none), from a mapping."""
+        column = {label: j for j, label in enumerate(self.groups_.tolist())}
+        return np.array(
+            [column.get(group_of.get(query), -1) for query in queries.tolist()],
+            dtype=np.int64,
+        )
+
+    def evaluations(self):
+        """Return the evaluations the router embeds each model from, as a table.
+
+        What :meth:`fit` and :meth:`add_models` were given and
+        :meth:`partial_fit` added: one row per model and query, with the mean
+        of the outcomes of that pair and their number.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``model``, ``query``, ``score`` and ``n_outcomes``, models in
+            the order of ``classes_``.
+        """
+        check_is_fitted(self, "embeddings_")
+        kept = self._kept()
+        return pd.DataFrame(
+            {
+                "model": self.classes_[kept.owners()],
+                "query": kept.queries[kept.codes],
+                "score": kept.sums / kept.counts,
+                "n_outcomes": kept.counts,
+            }
+        )
 
     def _choose_budget_weight(self, evaluation_sets, cost):
         """Set ``budget_curve_`` and ``budget_cost_weight_``, as ``budget`` says."""
@@ -1214,10 +1283,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self
         """
         check_is_fitted(self, "embeddings_")
-        # Read twice (checked, then embedded): a generator would be spent.
-        evaluation_sets = reusable(evaluation_sets)
         names = check_model_names(names)
-        check_evaluation_sets(evaluation_sets, [str(name) for name in names])
+        ragged = check_evaluation_sets(
+            reusable(evaluation_sets), [str(name) for name in names]
+        )
         if self.classes_.dtype != object and not all(
             isinstance(name, numbers.Integral) for name in names
         ):
@@ -1240,33 +1309,189 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             raise ValueError(
                 "the router was fitted without query_groups; leave query_groups out"
             )
-        embeddings = self._embed(evaluation_sets)
-        model_offsets = heads = None
-        if self.model_offsets_ is not None:
-            model_offsets = self._new_calibration_offsets(embeddings, evaluation_sets)
-        if self._heads() is not None:
-            scores, queries = to_matrix(evaluation_sets)
-            heads = self._fit_heads(embeddings, model_offsets, queries, scores.T)[:3]
-        if self.group_offsets_ is not None:
-            offsets = np.zeros((len(names), len(self.groups_)), dtype=np.float32)
-            if query_groups is not None:
-                offsets = self._new_model_offsets(
-                    embeddings, model_offsets, heads, evaluation_sets, query_groups
-                )
-            self.group_offsets_ = np.vstack([self.group_offsets_, offsets])
-        if model_offsets is not None:
-            self.model_offsets_ = np.concatenate([self.model_offsets_, model_offsets])
-        if heads is not None:
-            self.head_weights_, self.head_biases_, self.head_blends_ = (
-                np.concatenate([old, new]) for old, new in zip(self._heads(), heads)
-            )
-        self.embeddings_ = np.vstack([self.embeddings_, embeddings]).astype(np.float32)
+        if query_groups is not None:
+            self._groups_of(query_groups, ragged.queries, "add_models")
+        kept = append_models(self._kept(), ragged)
+        groups = self._extended_groups(kept, query_groups)
+        rows = self._model_rows(ragged, query_groups)
+        # Everything is computed before anything changes: a failure leaves the
+        # router as it was.
+        n_models = len(self.classes_)
+        self._set_rows(np.arange(n_models, n_models + len(names)), rows)
+        self._set_kept(kept)
+        self.evaluation_groups_ = groups
         self.classes_ = np.concatenate(
             [self.classes_, np.asarray(names, dtype=self.classes_.dtype)]
         )
         if cost is not None:
             self.cost_ = np.concatenate([self.cost_, cost])
         return self
+
+    def partial_fit(self, X, Y, query_groups=None):
+        """Learn from more outcomes: join them to their models' evaluations.
+
+        Each model with an outcome in ``Y`` is embedded again, as :meth:`fit`
+        embeds it, from all its evaluations: those it had and the new ones, a
+        repeated query counting once with the mean of its outcomes
+        (:func:`~sklocus.evaluations.from_long` with ``duplicates="mean"``).
+        Its calibration offset, query head and group offsets are fitted again
+        the same way; the other models, and what :meth:`fit` chose for the
+        whole pool (the embedder, the calibration slope, the heads' blend, the
+        probability calibrator, the budget's curve), do not change. A model's
+        embedding is then the one a router fitted on all its evaluations with
+        this embedder (frozen) gives it; so is everything else of it when the
+        pool-wide choices are the same.
+
+        On a router not yet fitted, ``partial_fit`` is :meth:`fit`.
+
+        Read more in the :ref:`User Guide <learning_from_outcomes>`.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries, distinct; new queries are welcome.
+        Y : DataFrame or array-like of shape (n_queries, n_columns)
+            Outcomes in [0, 1], NaN where a model has none: a DataFrame's columns
+            name some of the router's models, an array's are all of them in the
+            order of ``classes_``. Rows are matched to X as in :meth:`fit`.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups, for a router fitted with ``query_groups``: new
+            queries take them; a query the router knows keeps its group, and
+            giving it another is an error.
+
+        Returns
+        -------
+        self
+        """
+        if not _is_fitted(self):
+            return self.fit(X, Y, query_groups=query_groups)
+        queries = as_query_list(X)
+        _check_distinct_queries(queries)
+        if query_groups is not None:
+            if self.group_offsets_ is None:
+                raise ValueError(
+                    "the router was fitted without query_groups; leave query_groups out"
+                )
+            query_groups = check_query_groups(query_groups, len(queries))
+        if isinstance(Y, pd.DataFrame):
+            scores, names = _score_table(Y, queries)
+            column = {name: j for j, name in enumerate(self.classes_.tolist())}
+            for name in names:
+                if name not in column:
+                    raise ValueError(
+                        f"Y has outcomes of model {shown(name)}, which the router "
+                        "does not have; add it with add_models"
+                    )
+            models = np.array([column[name] for name in names], dtype=np.int64)
+        else:
+            scores, _ = _score_table(Y, queries, self.classes_)
+            models = np.arange(len(self.classes_))
+        rows, columns = np.nonzero(~np.isnan(scores))
+        group_of = None
+        if query_groups is not None:
+            group_of = {q: g for q, g in zip(queries, query_groups) if g is not None}
+        return self._learn(
+            models[columns], [queries[i] for i in rows], scores[rows, columns], group_of
+        )
+
+    def _learn(self, models, queries, scores, group_of=None):
+        """Join checked outcomes (model indices, queries, scores) and re-embed."""
+        if not len(models):
+            return self
+        kept = add_outcomes(self._kept(), models, queries, scores)
+        groups = self._extended_groups(kept, group_of, check=True)
+        touched = np.unique(models)
+        ragged = kept.ragged(touched)
+        rows = self._model_rows(ragged, self._group_map_of(kept, groups, ragged))
+        self._set_rows(touched, rows)
+        self._set_kept(kept)
+        self.evaluation_groups_ = groups
+        return self
+
+    def _extended_groups(self, kept, group_of, check=False):
+        """``evaluation_groups_`` for ``kept``, whose new queries come last.
+
+        New queries take their groups from ``group_of``; with ``check``, a known
+        query given another group than its own is an error.
+        """
+        old = self.evaluation_groups_
+        if old is None:
+            return None
+        group_of = {} if group_of is None else group_of
+        new = self._group_codes(kept.queries[len(old) :], group_of)
+        if check and len(group_of):
+            known = kept.queries[: len(old)].tolist()
+            column = {label: j for j, label in enumerate(self.groups_.tolist())}
+            for query, code in zip(known, old.tolist()):
+                if query in group_of:
+                    given = column.get(group_of[query], -1)
+                    if given != code:
+                        had = self.groups_[code] if code >= 0 else None
+                        raise ValueError(
+                            f"query {shown(query)} is in group {shown(had)}, not "
+                            f"{shown(group_of[query])}; a query keeps its group"
+                        )
+        return np.concatenate([old, new])
+
+    def _group_map_of(self, kept, groups, ragged):
+        """Map each query of ``ragged`` that has a group to it (None: no groups)."""
+        if groups is None:
+            return None
+        used = np.unique(ragged.query_codes)
+        return {
+            kept.queries[i]: self.groups_[g]
+            for i, g in zip(used.tolist(), groups[used].tolist())
+            if g >= 0
+        }
+
+    def _model_rows(self, ragged, query_groups):
+        """Compute what the router holds per model, for the sets of ``ragged``.
+
+        Returns ``(embeddings, model_offsets, heads, group_offsets)``, each None
+        where the router has none: embedded as ``refine_steps`` says, with
+        calibration offsets under the pool's slope, query heads under the pool's
+        blend and offsets of the router's groups (zeros when ``query_groups``, a
+        mapping from query to group, is None).
+        """
+        embeddings = self._embed(ragged)
+        model_offsets = heads = group_offsets = None
+        if self.model_offsets_ is not None:
+            model_offsets = self._new_calibration_offsets(embeddings, ragged)
+        if self._heads() is not None:
+            scores, queries = to_matrix(ragged)
+            heads = self._fit_heads(embeddings, model_offsets, queries, scores.T)[:3]
+        if self.group_offsets_ is not None:
+            group_offsets = np.zeros((ragged.n_sets, len(self.groups_)), np.float32)
+            if query_groups is not None:
+                group_offsets = self._new_model_offsets(
+                    embeddings, model_offsets, heads, ragged, query_groups
+                )
+        return embeddings, model_offsets, heads, group_offsets
+
+    def _set_rows(self, indices, rows):
+        """Put :meth:`_model_rows`' values at ``indices`` of new arrays.
+
+        Indices past the end append. The arrays are replaced, never written
+        into: a served router's snapshots share them.
+        """
+        embeddings, model_offsets, heads, group_offsets = rows
+
+        def placed(old, new):
+            n = max(len(old), int(indices.max()) + 1)
+            out = np.empty((n, *old.shape[1:]), dtype=old.dtype)
+            out[: len(old)] = old
+            out[indices] = new
+            return out
+
+        self.embeddings_ = placed(self.embeddings_, embeddings)
+        if model_offsets is not None:
+            self.model_offsets_ = placed(self.model_offsets_, model_offsets)
+        if heads is not None:
+            self.head_weights_, self.head_biases_, self.head_blends_ = (
+                placed(old, new) for old, new in zip(self._heads(), heads)
+            )
+        if group_offsets is not None:
+            self.group_offsets_ = placed(self.group_offsets_, group_offsets)
 
     def _new_calibration_offsets(self, embeddings, evaluation_sets):
         """Calibration offsets of new models under the pool's fitted slope."""
@@ -1292,7 +1517,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             embeddings, model_offsets, heads, queries, scores.T, groups
         )
         column = {label: j for j, label in enumerate(self.groups_)}
-        out = np.zeros((len(evaluation_sets), len(self.groups_)), dtype=np.float32)
+        out = np.zeros((len(scores), len(self.groups_)), dtype=np.float32)
         for j, label in enumerate(fitted_groups):
             out[:, column[label]] = offsets[:, j]
         return out
@@ -1321,6 +1546,10 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         """
         check_is_fitted(self, "embeddings_")
         kept = ~self._select(names, "remove")
+        evaluations, used = keep_models(self._kept(), kept)
+        self._set_kept(evaluations)
+        if self.evaluation_groups_ is not None:
+            self.evaluation_groups_ = self.evaluation_groups_[used]
         self.embeddings_ = self.embeddings_[kept]
         if self.group_offsets_ is not None:
             self.group_offsets_ = self.group_offsets_[kept]

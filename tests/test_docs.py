@@ -37,6 +37,7 @@ USER_GUIDE = (
     "score-estimation",
     "choosing-an-embedder",
     "routing",
+    "learning-from-outcomes",
     "geometry",
     "persistence",
     "report",

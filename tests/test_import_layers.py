@@ -35,6 +35,7 @@ LAYERS = [
     # Data, query encoders, the torch network and the pure numerics of routing.
     [
         "evaluations",
+        "_kept_evaluations",
         "encoders",
         "nn",
         "_groups",

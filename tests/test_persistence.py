@@ -298,7 +298,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         (
             lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
-            r"formats up to 5\. Load it with a newer sklocus",
+            r"formats up to 6\. Load it with a newer sklocus",
         ),
         (
             lambda h: h["estimator"].update({"class": ["x"]}),
@@ -618,7 +618,7 @@ def test_a_file_of_an_earlier_format_is_refused(fitted, tmp_path):
     with pytest.raises(
         ModelFileError,
         match=r"in model file format 3, which sklocus .* does not read \(it reads "
-        r"format 5\)\. Refit the estimator and save it again",
+        r"format 6\)\. Refit the estimator and save it again",
     ):
         sklocus.load(path)
 

@@ -40,8 +40,9 @@ _FORMAT = "sklocus-estimator"
 # Bump when a file written now could not be read by an older sklocus. Formats 1
 # to 3 were written only by development builds before the first release, and
 # are refused (3 lacked the router's query heads and probability calibrator; 4,
-# the router's head_blend_ and the embedder's validation_queries_).
-_FORMAT_VERSION = 5
+# the router's head_blend_ and the embedder's validation_queries_; 5, the
+# evaluations a router keeps to learn from outcomes).
+_FORMAT_VERSION = 6
 _METADATA_KEY = "sklocus"
 # Deeper descriptions are refused before anything recurses into them.
 _MAX_DEPTH = 64

@@ -35,6 +35,7 @@ _TAGS = {
     "scalar": set(),
     "array": set(),
     "labels": {"dtype"},
+    "texts": set(),
     "tuple": set(),
     "history": set(),
     "dict": set(),
@@ -192,6 +193,8 @@ class Reader:
             return self.array(content, where)
         if tag == "labels" and isinstance(content, list):
             return self.labels(content, node["dtype"], where)
+        if tag == "texts" and isinstance(content, list) and len(content) == 2:
+            return self.texts(*content, where)
         if tag in ("tuple", "history", "dict") and isinstance(content, list):
             items = self.value(content, where)
             if tag == "tuple":
@@ -235,6 +238,29 @@ class Reader:
         ):
             raise self.refuse(f"{where} has labels of dtype {dtype!r}")
         return np.array(values, dtype=dtype)
+
+    def texts(self, utf8, ends, where):
+        """Read texts stored as UTF-8 bytes and where each ends."""
+        utf8, ends = self.array(utf8, where), self.array(ends, where)
+        if (
+            utf8.dtype != np.uint8
+            or utf8.ndim != 1
+            or ends.dtype.kind not in "iu"
+            or ends.ndim != 1
+            or (ends[-1] if len(ends) else 0) != len(utf8)
+            or (len(ends) and ends[0] < 0)
+            or (np.diff(ends) < 0).any()
+        ):
+            raise self.refuse(f"{where} holds damaged texts")
+        data = utf8.tobytes()
+        starts = [0, *ends[:-1].tolist()]
+        try:
+            texts = [data[a:b].decode() for a, b in zip(starts, ends.tolist())]
+        except UnicodeDecodeError:
+            raise self.refuse(f"{where} holds texts that are not UTF-8") from None
+        array = np.empty(len(texts), dtype=object)
+        array[:] = texts
+        return array
 
     def mapping(self, pairs, where):
         out = {}

@@ -9,6 +9,8 @@ from sklearn.frozen import FrozenEstimator
 from skorch import NeuralNet
 
 from sklocus._embedder import LocusEmbedder
+from sklocus._kept_evaluations import KeptEvaluations
+from sklocus._kept_evaluations import inconsistency as kept_inconsistency
 from sklocus._router import LocusRouter, check_cost
 from sklocus._selection import (
     CoverageGreedySelector,
@@ -79,6 +81,12 @@ FITTED = {
         "head_blends_": (Array("f", 1), NONE),
         "head_blend_": (float, NONE),
         "probability_calibrator_": (ProbabilityCalibrator, NONE),
+        "evaluation_queries_": Array("iuOU", 1),
+        "evaluation_codes_": INDICES,
+        "evaluation_sums_": Array("f", 1),
+        "evaluation_counts_": INDICES,
+        "evaluation_offsets_": INDICES,
+        "evaluation_groups_": (INDICES, NONE),
     },
     ProbabilityCalibrator: {
         "n_pairs_": int,
@@ -154,6 +162,26 @@ def inconsistency(estimator):
         except (TypeError, ValueError) as error:
             return str(error)
         rows = len(estimator.classes_)
+        kept = KeptEvaluations(
+            *(
+                getattr(estimator, f"evaluation_{name}_")
+                for name in KeptEvaluations._fields
+            )
+        )
+        problem = kept_inconsistency(kept, rows)
+        if problem is not None:
+            return problem
+        groups = estimator.evaluation_groups_
+        if (groups is None) != (estimator.groups_ is None):
+            return "evaluation_groups_ and groups_ are not given together"
+        if groups is not None and (
+            groups.shape != kept.queries.shape
+            or (
+                len(groups)
+                and not -1 <= groups.min() <= groups.max() < len(estimator.groups_)
+            )
+        ):
+            return "evaluation_groups_ do not give each query one of groups_ or -1"
         width = estimator.embedder_.net_.get_params()["module__embedding_dim"]
         if estimator.embeddings_.shape != (rows, width):
             return f"embeddings_ are not ({rows} models, {width})"

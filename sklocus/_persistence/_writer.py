@@ -15,6 +15,9 @@ from sklocus._persistence._schema import CLASSES, FITTED, OPTIONAL
 
 # Array dtypes a safetensors file stores exactly.
 _STORABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
+# A 1-D array of texts longer than this in all is stored as UTF-8 bytes in a
+# tensor, not in the header: a router's evaluated queries can run to megabytes.
+_TEXTS_IN_HEADER = 1 << 16
 _ONLY_DATA = (
     "Use joblib for other objects, and load such files only from sources you trust."
 )
@@ -141,6 +144,21 @@ class Writer:
                 f"{where} is a {type(array).__name__}; a model file stores plain "
                 "numpy arrays"
             )
+        if (
+            array.dtype == object
+            and array.ndim == 1
+            and all(type(v) is str for v in array)
+            and sum(map(len, array)) > _TEXTS_IN_HEADER
+        ):
+            encoded = [text.encode() for text in array]
+            ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
+            utf8 = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            return {
+                "texts": [
+                    self.array(utf8, f"{where}.utf8"),
+                    self.array(ends, f"{where}.ends"),
+                ]
+            }
         if array.dtype.kind in "UO" and array.ndim == 1:
             return {
                 "labels": [
