@@ -8,8 +8,10 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -56,6 +58,7 @@ from sklocus.evaluations import (
     to_matrix,
 )
 from sklocus.geometry import model_distances
+from sklocus.nn.uncertainty import logit_stds, posterior_factors
 
 # predict and friends work through the queries in chunks of this many, so that
 # memory stays bounded however many queries come in.
@@ -335,6 +338,24 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         of each query as it was (up to the router's tie tolerance), and moves
         what thresholds, budgets and weights of cost choose. Costs two more
         embeddings of each model at ``fit``; models added later are mapped alike.
+    exploration : {"thompson", "ucb"} or None, default=None
+        How :meth:`predict` and :meth:`rank_models` explore, for a router that
+        learns from the outcomes of its own routes (:meth:`partial_fit`), where
+        a model is only ever judged on what it was sent
+        (:ref:`exploring_while_learning`). Each embedding is uncertain by the
+        Laplace approximation of its refinement, so each LOCUS logit has a
+        standard deviation: large for a model with few evaluations, or on queries
+        unlike them. ``"thompson"`` routes by logits drawn from their Gaussians,
+        ``"ucb"`` by their upper bounds, ``exploration_strength`` standard
+        deviations up. ``predict_correctness`` and the probabilities
+        ``rank_models`` returns stay the best guesses; ``score`` routes without
+        exploring. Needs a :class:`~sklocus.LocusEmbedder`.
+    exploration_strength : float > 0, default=1.0
+        Standard deviations of each logit that exploration adds (``"ucb"``) or
+        draws with (``"thompson"``).
+    random_state : int, RandomState instance or None, default=None
+        Seeds ``"thompson"``'s draws: a router seeded alike routes alike, call
+        after call.
 
     Attributes
     ----------
@@ -405,6 +426,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         "calibrate": ["boolean"],
         "query_heads": [StrOptions({"auto"}), "boolean"],
         "calibration_method": [StrOptions({"isotonic", "sigmoid"}), None],
+        "exploration": [StrOptions({"thompson", "ucb"}), None],
+        "exploration_strength": [Interval(numbers.Real, 0, None, closed="neither")],
+        "random_state": ["random_state"],
     }
 
     def __init__(
@@ -418,6 +442,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         budget=None,
         query_heads="auto",
         calibration_method=None,
+        exploration=None,
+        exploration_strength=1.0,
+        random_state=None,
     ):
         self.embedder = embedder
         self.cost_weight = cost_weight
@@ -428,6 +455,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self.calibrate = calibrate
         self.query_heads = query_heads
         self.calibration_method = calibration_method
+        self.exploration = exploration
+        self.exploration_strength = exploration_strength
+        self.random_state = random_state
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -552,6 +582,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         if self.min_probability is not None or self.budget is not None:
             _check_policy(self.cost_weight, self.min_probability, self.budget, cost)
         self._heads_on(len(names))  # refuses query_heads=True without a LOCUS
+        self._check_exploration()
         embedder = LocusEmbedder() if self.embedder is None else self.embedder
         if isinstance(embedder, LocusEmbedder) and _is_fitted(embedder):
             warnings.warn(
@@ -790,6 +821,17 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             total += np.where(seen, found, 0.0).sum(axis=0)
         return total / np.maximum(observed.sum(axis=0), 1)
 
+    def _check_exploration(self):
+        if self.exploration is None:
+            return
+        embedder = self.embedder if self.embedder is not None else LocusEmbedder()
+        if not isinstance(getattr(embedder, "estimator", embedder), LocusEmbedder):
+            raise ValueError(
+                f"exploration={self.exploration!r} needs a LocusEmbedder, whose "
+                f"embeddings it knows the uncertainty of; got a "
+                f"{type(embedder).__name__}"
+            )
+
     def _inner_embedder(self):
         """Return the fitted LocusEmbedder (unwrapped from FrozenEstimator), or None."""
         inner = getattr(self.embedder_, "estimator", self.embedder_)
@@ -887,31 +929,107 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             found[rows] = logits(probabilities)
         return found
 
-    def _base_probabilities(self, embeddings, model_offsets, queries, heads=None):
+    def _base_probabilities(
+        self, embeddings, model_offsets, queries, heads=None, explore=False
+    ):
         """LOCUS's P(correct), ``(n_queries, n_models)``, calibrated if fitted so.
 
         With ``heads`` (``(weights, biases, blends)`` of ``embeddings``' models),
-        blended with the query heads'.
+        blended with the query heads'. With ``explore`` (``embeddings`` being the
+        pool's), returns ``(probabilities, explored)``: the second as routed by
+        ``exploration``, LOCUS's logits moved before the rest applies.
         """
-        inner = self._inner_embedder() if heads is not None else None
+        inner = self._inner_embedder() if heads is not None or explore else None
         if inner is None:
             probabilities = self.embedder_.predict_correctness(embeddings, queries).T
         else:
             if not len(queries):
-                return np.empty((0, len(embeddings)), dtype=np.float32)
+                empty = np.empty((0, len(embeddings)), dtype=np.float32)
+                return (empty, empty) if explore else empty
             vectors = inner._encode(as_query_list(queries))
             embeddings = inner._check_embeddings(embeddings)
             probabilities = inner._predict(embeddings, vectors).T
-        if model_offsets is not None:
-            probabilities = apply_calibration(
-                probabilities, self.calibration_slope_, model_offsets
+
+        def adjusted(probabilities):
+            if model_offsets is not None:
+                probabilities = apply_calibration(
+                    probabilities, self.calibration_slope_, model_offsets
+                )
+            if heads is not None:
+                probabilities = apply_heads(probabilities, vectors, *heads)
+            calibrator = getattr(self, "probability_calibrator_", None)
+            if calibrator is not None:
+                probabilities = calibrator.predict(probabilities)
+            return probabilities
+
+        if explore:
+            explored = self._explored(probabilities, vectors)
+            return adjusted(probabilities), adjusted(explored)
+        return adjusted(probabilities)
+
+    # -- exploring ----------------------------------------------------------------
+
+    def _explored(self, probabilities, vectors):
+        """Move LOCUS's probabilities as ``exploration`` says (nn.uncertainty)."""
+        inner = self._inner_embedder()
+        predictor = inner.net_.module_.predictor
+        with torch.no_grad():
+            projected = predictor.project_query(
+                torch.as_tensor(vectors, device=inner.device_)
             )
-        if inner is not None:
-            probabilities = apply_heads(probabilities, vectors, *heads)
-        calibrator = getattr(self, "probability_calibrator_", None)
-        if calibrator is not None:
-            probabilities = calibrator.predict(probabilities)
-        return probabilities
+            z = torch.as_tensor(
+                self.embeddings_ * np.float32(inner.embedding_scale_),
+                device=inner.device_,
+            )
+        stds = logit_stds(predictor, z, self._exploration_factors(), projected)
+        moves = self.exploration_strength * stds.cpu().numpy().astype(np.float64)
+        if self.exploration == "thompson":
+            rng = getattr(self, "_exploration_rng", None)
+            if rng is None:
+                rng = self._exploration_rng = check_random_state(self.random_state)
+            moves = moves * rng.standard_normal(moves.shape)
+        found = logits(probabilities) + moves
+        return (1.0 / (1.0 + np.exp(-found))).astype(np.float32)
+
+    def _exploration_cached(self):
+        """Whether the pool's exploration factors are computed and current."""
+        cache = getattr(self, "_exploration_cache", None)
+        return (
+            getattr(self, "exploration", None) is not None
+            and cache is not None
+            and cache[0] is self.embeddings_
+        )
+
+    def _exploration_factors(self):
+        """Each model's :func:`~sklocus.nn.uncertainty.posterior_factors`, cached."""
+        cache = getattr(self, "_exploration_cache", None)
+        if not self._exploration_cached():
+            models = np.arange(len(self.classes_))
+            factors = self._posterior_factors(
+                self.embeddings_, self._kept().ragged(models)
+            )
+            cache = self._exploration_cache = (self.embeddings_, factors)
+        return cache[1]
+
+    def _posterior_factors(self, embeddings, ragged):
+        """Laplace covariance factors of ``embeddings``, refined on ``ragged``."""
+        inner = self._inner_embedder()
+        predictor = inner.net_.module_.predictor
+        used, codes = np.unique(ragged.query_codes, return_inverse=True)
+        vectors = inner._encode([ragged.queries[i] for i in used.tolist()])
+        with torch.no_grad():
+            projected = predictor.project_query(
+                torch.as_tensor(vectors, device=inner.device_)
+            )
+        bounds = ragged.offsets.tolist()
+        rows = [
+            torch.as_tensor(codes[a:b], device=inner.device_)
+            for a, b in zip(bounds[:-1], bounds[1:])
+        ]
+        z = torch.as_tensor(
+            embeddings * np.float32(inner.embedding_scale_), device=inner.device_
+        )
+        return posterior_factors(predictor, z, projected, rows, inner.refine_penalty)
 
     def _group_offsets(
         self, embeddings, model_offsets, heads, queries, scores, query_groups
@@ -928,24 +1046,36 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
 
     # -- scoring queries ----------------------------------------------------------
 
-    def _chunks(self, X, query_groups=None):
+    def _chunks(self, X, query_groups=None, explore=False):
+        """Yield ``(start, probabilities, routed)`` for chunks of the queries.
+
+        ``routed`` are the probabilities to route by: ``probabilities``
+        themselves unless ``explore`` and the router explores.
+        """
         queries = as_query_list(X)
         if query_groups is not None:
             query_groups = check_query_groups(query_groups, len(queries))
         corrected = query_groups is not None and self.group_offsets_ is not None
+        explore = explore and getattr(self, "exploration", None) is not None
+        if explore:
+            self._check_exploration()
         for start in range(0, len(queries), _QUERY_CHUNK):
             chunk = queries[start : start + _QUERY_CHUNK]
-            probabilities = self._base_probabilities(
-                self.embeddings_, self.model_offsets_, chunk, self._heads()
+            found = self._base_probabilities(
+                self.embeddings_, self.model_offsets_, chunk, self._heads(), explore
             )
+            found = found if explore else (found,)
             if corrected:
-                probabilities = apply_group_offsets(
-                    probabilities,
-                    query_groups[start : start + len(chunk)],
-                    self.groups_,
-                    self.group_offsets_,
-                )
-            yield start, probabilities
+                found = [
+                    apply_group_offsets(
+                        probabilities,
+                        query_groups[start : start + len(chunk)],
+                        self.groups_,
+                        self.group_offsets_,
+                    )
+                    for probabilities in found
+                ]
+            yield start, found[0], found[-1]
 
     def predict_correctness(self, X, query_groups=None):
         """Probability that each model answers each query correctly.
@@ -968,7 +1098,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "embeddings_")
         queries = as_query_list(X)
         out = np.empty((len(queries), len(self.classes_)), dtype=np.float32)
-        for start, probabilities in self._chunks(queries, query_groups):
+        for start, probabilities, _ in self._chunks(queries, query_groups):
             out[start : start + len(probabilities)] = probabilities
         return out
 
@@ -1070,6 +1200,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         cost_weight=None,
         min_probability=None,
         budget=None,
+        explore=True,
     ):
         """Choose a model for each query.
 
@@ -1083,6 +1214,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             The queries' groups (see :meth:`predict_correctness`).
         cost_weight, min_probability, budget : float, default=None
             The policy of this call only (see :meth:`rank_models`).
+        explore : bool, default=True
+            Route as the router's ``exploration`` says; False routes by the best
+            guesses (see :meth:`rank_models`).
 
         Returns
         -------
@@ -1099,6 +1233,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             min_probability=min_probability,
             budget=budget,
             query_groups=query_groups,
+            explore=explore,
         )
         return models[:, 0]
 
@@ -1112,6 +1247,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         min_probability=None,
         budget=None,
         query_groups=None,
+        explore=True,
     ):
         """List the ``k`` best models for each query, best first, with probabilities.
 
@@ -1142,6 +1278,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             ``cost_weight``, ``min_probability`` and ``budget`` per call.
         query_groups : array-like of shape (n_queries,), default=None
             The queries' groups (see :meth:`predict_correctness`).
+        explore : bool, default=True
+            With the router's ``exploration``, rank by its draws (or upper
+            bounds) of the probabilities, not by their best guesses; the
+            probabilities returned are the best guesses all the same. Without
+            ``exploration`` this changes nothing.
 
         Returns
         -------
@@ -1184,9 +1325,9 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         queries = as_query_list(X)
         ranked = np.empty((len(queries), k), dtype=np.int64)
         probabilities = np.empty((len(queries), k), dtype=np.float32)
-        for start, chunk in self._chunks(queries, query_groups):
+        for start, chunk, routed in self._chunks(queries, query_groups, explore):
             # An excluded model neither qualifies for a threshold nor is chosen.
-            routable = np.where(excluded, -np.inf, chunk.astype(np.float64))
+            routable = np.where(excluded, -np.inf, routed.astype(np.float64))
             utility = self._utility(routable, cost_weight, min_probability)
             # The first is best_models' choice (near-ties to the model listed
             # first in classes_): lift it above the rest before sorting.
@@ -1223,7 +1364,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "embeddings_")
         queries = as_query_list(X)
         scores, _ = _score_table(Y, queries, self.classes_)
-        chosen = self.predict(queries, query_groups=query_groups)
+        chosen = self.predict(queries, query_groups=query_groups, explore=False)
         column = {name: j for j, name in enumerate(self.classes_)}
         picked = scores[np.arange(len(queries)), [column[c] for c in chosen]]
         observed = ~np.isnan(picked)
@@ -1466,7 +1607,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                 group_offsets = self._new_model_offsets(
                     embeddings, model_offsets, heads, ragged, query_groups
                 )
-        return embeddings, model_offsets, heads, group_offsets
+        factors = None
+        if self._exploration_cached():
+            # Kept up to date here, not at the next route, which would wait.
+            factors = self._posterior_factors(embeddings, ragged)
+        return embeddings, model_offsets, heads, group_offsets, factors
 
     def _set_rows(self, indices, rows):
         """Put :meth:`_model_rows`' values at ``indices`` of new arrays.
@@ -1474,16 +1619,23 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         Indices past the end append. The arrays are replaced, never written
         into: a served router's snapshots share them.
         """
-        embeddings, model_offsets, heads, group_offsets = rows
+        embeddings, model_offsets, heads, group_offsets, factors = rows
 
         def placed(old, new):
             n = max(len(old), int(indices.max()) + 1)
-            out = np.empty((n, *old.shape[1:]), dtype=old.dtype)
+            if isinstance(old, torch.Tensor):
+                out = old.new_empty((n, *old.shape[1:]))
+            else:
+                out = np.empty((n, *old.shape[1:]), dtype=old.dtype)
             out[: len(old)] = old
             out[indices] = new
             return out
 
+        if factors is not None:
+            cached = placed(self._exploration_cache[1], factors)
         self.embeddings_ = placed(self.embeddings_, embeddings)
+        if factors is not None:
+            self._exploration_cache = (self.embeddings_, cached)
         if model_offsets is not None:
             self.model_offsets_ = placed(self.model_offsets_, model_offsets)
         if heads is not None:
@@ -1550,7 +1702,11 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         self._set_kept(evaluations)
         if self.evaluation_groups_ is not None:
             self.evaluation_groups_ = self.evaluation_groups_[used]
+        cached = self._exploration_cached()
         self.embeddings_ = self.embeddings_[kept]
+        if cached:
+            factors = self._exploration_cache[1][torch.as_tensor(kept)]
+            self._exploration_cache = (self.embeddings_, factors)
         if self.group_offsets_ is not None:
             self.group_offsets_ = self.group_offsets_[kept]
         if self.model_offsets_ is not None:
