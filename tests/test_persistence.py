@@ -617,9 +617,25 @@ def test_a_file_of_an_earlier_format_is_refused(fitted, tmp_path):
     rewrite(path, lambda h: h.update({"format_version": 3}))
     with pytest.raises(
         ModelFileError,
-        match=r"in model file format 3, which sklocus .* does not read \(it reads "
-        r"format 6\)\. Refit the estimator and save it again",
+        match=r"in model file format 3, which sklocus .* does not read for a "
+        r"LocusRouter \(it reads format 6\)\. Refit the estimator and save it again",
     ):
+        sklocus.load(path)
+
+
+def test_format_5_holds_every_estimator_but_a_router(fitted, tmp_path):
+    """Format 6 added the evaluations a router keeps; nothing else changed."""
+    path = tmp_path / "embedder.sklocus"
+    sklocus.save(fitted["embedder"], path)
+    rewrite(path, lambda h: h.update({"format_version": 5}))
+    assert isinstance(sklocus.load(path), sklocus.LocusEmbedder)
+    rewrite(path, lambda h: h.update({"format_version": 4}))
+    with pytest.raises(ModelFileError, match=r"does not read \(it reads format 5\)"):
+        sklocus.load(path)
+    path = tmp_path / "router.sklocus"
+    sklocus.save(fitted["router"], path)
+    rewrite(path, lambda h: h.update({"format_version": 5}))
+    with pytest.raises(ModelFileError, match=r"does not read for a LocusRouter"):
         sklocus.load(path)
 
 

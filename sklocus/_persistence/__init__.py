@@ -40,9 +40,12 @@ _FORMAT = "sklocus-estimator"
 # Bump when a file written now could not be read by an older sklocus. Formats 1
 # to 3 were written only by development builds before the first release, and
 # are refused (3 lacked the router's query heads and probability calibrator; 4,
-# the router's head_blend_ and the embedder's validation_queries_; 5, the
-# evaluations a router keeps to learn from outcomes).
+# the router's head_blend_ and the embedder's validation_queries_). Format 5
+# lacked the evaluations a router keeps to learn from outcomes: its routers are
+# refused, and its other estimators read as they are.
 _FORMAT_VERSION = 6
+_OLDEST_FORMAT = {"LocusRouter": 6}
+_OLDEST_OTHERWISE = 5
 _METADATA_KEY = "sklocus"
 # Deeper descriptions are refused before anything recurses into them.
 _MAX_DEPTH = 64
@@ -249,11 +252,15 @@ def _read_header(path, metadata):
             f"{version}; sklocus {__version__} reads formats up to "
             f"{_FORMAT_VERSION}. Load it with a newer sklocus."
         )
-    if version < _FORMAT_VERSION:
+    described = header["estimator"]
+    name = described.get("class") if isinstance(described, dict) else None
+    oldest = _OLDEST_FORMAT.get(name, _OLDEST_OTHERWISE)
+    if version < oldest:
+        what = f" for a {name}" if name in _OLDEST_FORMAT else ""
         raise ModelFileError(
             f"{path} was written by sklocus {written} in model file format "
-            f"{version}, which sklocus {__version__} does not read (it reads "
-            f"format {_FORMAT_VERSION}). Refit the estimator and save it again."
+            f"{version}, which sklocus {__version__} does not read{what} (it "
+            f"reads format {oldest}). Refit the estimator and save it again."
         )
     return header
 
