@@ -2,10 +2,10 @@
 
 Live traffic, simulated per seed:
 
-1. The pool is the first of research/score_estimation.py's two held-out pools
-   of the seed: 112 fully observed dense models its embedder never saw. The
-   embedder is that script's (``--cache`` shares it), fitted on every other
-   model's train-query evaluations.
+1. The pools are research/score_estimation.py's two held-out pools of the
+   seed, of 112 fully observed dense models each, which its embedder never saw.
+   The embedder is that script's (``--cache`` shares it), fitted on every other
+   model's train-query evaluations. Each pool is one run.
 2. Each pool model starts from 16 random train-query evaluations:
    ``LocusRouter(FrozenEstimator(embedder), exploration=...)`` is fitted on them.
 3. Queries of the train split arrive, drawn at random with replacement. In
@@ -30,7 +30,7 @@ Usage::
     python -m benchmarks.learning_from_outcomes --report FILE.jsonl ...
         [--figure PNG]
 
-``--report`` prints the markdown table (mean and sd over seeds) of
+``--report`` prints the markdown table (mean and sd over runs, two per seed) of
 docs/research/learning-from-outcomes.md and draws its figure.
 """
 
@@ -60,11 +60,12 @@ CHECKPOINTS = (0, 500, 1000, 2000, 5000, 10000, 20000)
 POLICIES = ("none", "greedy", "thompson", "ucb", "full")
 
 
-def pool_of(data, seed):
-    """The first held-out pool of ``seed`` (sorted model indices)."""
+def pools_of(data, seed):
+    """The two held-out pools of ``seed`` (sorted model indices)."""
     rng = np.random.default_rng((seed, 17))
     candidates = np.flatnonzero(data.fully_observed & data.dense)
-    return np.sort(rng.permutation(candidates)[:POOL])
+    order = rng.permutation(candidates)[: 2 * POOL]
+    return [np.sort(order[:POOL]), np.sort(order[POOL:])]
 
 
 def router_on(embedder, data, pool, n, seed, **params):
@@ -85,7 +86,7 @@ def measured(router, data, pool):
 
 
 def simulate(embedder, data, pool, seed, policy, strength, batch):
-    """Rows of figures at each checkpoint of one policy's traffic."""
+    """Rows of figures at each checkpoint of one policy's traffic in ``pool``."""
     exploration = policy if policy in ("thompson", "ucb") else None
     router = router_on(
         embedder,
@@ -97,7 +98,7 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
         exploration_strength=strength,
     )
     truth = data.train_matrix[pool]  # (models, train queries), fully observed
-    rng = np.random.default_rng((seed, 23))
+    rng = np.random.default_rng((seed, int(pool[0]), 23))
     arrivals = rng.integers(0, len(data.train_ids), CHECKPOINTS[-1])
     rows, served, learnt, seconds = [], 0, 0, 0.0
     for checkpoint in CHECKPOINTS:
@@ -129,6 +130,7 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
         rows.append(
             {
                 "seed": seed,
+                "pool": int(pool[0]),
                 "policy": policy,
                 "strength": strength if exploration else None,
                 "queries": checkpoint,
@@ -169,7 +171,8 @@ def report(paths, figure=None):
     lines += [
         "",
         f"Onboarded from {REFERENCE} random evaluations per model: routing "
-        f"{ref.mean():.3f} ± {ref.std():.3f}. Seeds {', '.join(map(str, seeds))}; "
+        f"{ref.mean():.3f} ± {ref.std():.3f}. Mean ± sd over {len(ref)} runs, "
+        f"two pools of each of seeds {', '.join(map(str, seeds))}; "
         f"commit {', '.join(sorted(rows['commit'].unique()))}, "
         f"{', '.join(sorted(rows['date'].unique()))}.",
     ]
@@ -219,26 +222,33 @@ def main():
     }
     for seed in arguments.seeds:
         embedder, _ = embedder_of(data, seed, arguments)
-        pool = pool_of(data, seed)
-        reference = router_on(embedder, data, pool, REFERENCE, seed)
-        rows = [
-            {
-                "seed": seed,
-                "policy": f"onboarded-{REFERENCE}",
-                "strength": None,
-                "queries": 0,
-                "outcomes": 0,
-                **measured(reference, data, pool),
-            }
-        ]
-        for policy in arguments.policies:
-            rows += simulate(
-                embedder, data, pool, seed, policy, arguments.strength, arguments.batch
-            )
-        if arguments.out is not None:
-            with arguments.out.open("a") as out:
-                for row in rows:
-                    out.write(json.dumps({**row, **stamp}) + "\n")
+        for pool in pools_of(data, seed):
+            reference = router_on(embedder, data, pool, REFERENCE, seed)
+            rows = [
+                {
+                    "seed": seed,
+                    "pool": int(pool[0]),
+                    "policy": f"onboarded-{REFERENCE}",
+                    "strength": None,
+                    "queries": 0,
+                    "outcomes": 0,
+                    **measured(reference, data, pool),
+                }
+            ]
+            for policy in arguments.policies:
+                rows += simulate(
+                    embedder,
+                    data,
+                    pool,
+                    seed,
+                    policy,
+                    arguments.strength,
+                    arguments.batch,
+                )
+            if arguments.out is not None:
+                with arguments.out.open("a") as out:
+                    for row in rows:
+                        out.write(json.dumps({**row, **stamp}) + "\n")
 
 
 if __name__ == "__main__":
