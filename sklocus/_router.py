@@ -1535,12 +1535,16 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             models[columns], [queries[i] for i in rows], scores[rows, columns], group_of
         )
 
-    def _learn(self, models, queries, scores, group_of=None):
-        """Join checked outcomes (model indices, queries, scores) and re-embed."""
+    def _learn(self, models, queries, scores, group_of=None, check_groups=True):
+        """Join checked outcomes (model indices, queries, scores) and re-embed.
+
+        ``group_of`` maps queries to groups; with ``check_groups``, giving a
+        known query another group than its own is an error, else it is ignored.
+        """
         if not len(models):
             return self
         kept = add_outcomes(self._kept(), models, queries, scores)
-        groups = self._extended_groups(kept, group_of, check=True)
+        groups = self._extended_groups(kept, group_of, check=check_groups)
         touched = np.unique(models)
         ragged = kept.ragged(touched)
         rows = self._model_rows(ragged, self._group_map_of(kept, groups, ragged))

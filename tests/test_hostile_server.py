@@ -249,7 +249,13 @@ def test_a_free_model_onboards_and_a_negative_cost_is_named(pool, client):
     body = {"name": "free", "evaluations": data.evaluation_sets[0], "cost": 0}
     response = client.post("/models", json=body)
     assert response.status_code == 201, response.text
-    assert client.get("/models").json()["models"][-1] == {"name": "free", "cost": 0.0}
+    listed = client.get("/models").json()["models"][-1]
+    assert listed == {
+        "name": "free",
+        "cost": 0.0,
+        "n_evaluations": len(data.evaluation_sets[0]),
+        "n_outcomes": len(data.evaluation_sets[0]),
+    }
     body = {"name": "dear", "evaluations": data.evaluation_sets[0], "cost": -1}
     response = client.post("/models", json=body)
     assert response.status_code == 422

@@ -92,6 +92,12 @@ def save(estimator, path):
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot save to {path}: no folder {path.parent}")
+    content = serialised(estimator)
+    write_atomically(path, lambda temporary: temporary.write_bytes(content))
+
+
+def serialised(estimator):
+    """Return the bytes :func:`save` writes for ``estimator``."""
     writer = Writer()
     description = writer.estimator(estimator, type(estimator).__name__)
     header = {
@@ -109,8 +115,7 @@ def save(estimator, path):
             f"{len(metadata[_METADATA_KEY]):,} characters; a model file's header "
             f"holds at most {MAX_HEADER_BYTES:,} bytes"
         )
-    content = safetensors_bytes(writer.arrays, metadata=metadata)
-    write_atomically(path, lambda temporary: temporary.write_bytes(content))
+    return safetensors_bytes(writer.arrays, metadata=metadata)
 
 
 def load(path):

@@ -491,12 +491,13 @@ def _add_serve_command(commands):
         description="Serve the router in MODEL over HTTP until interrupted: POST "
         "/route routes queries, POST /predict gives P(correct), POST /models "
         "onboards a model from its evaluations and DELETE /models/NAME retires "
-        "one, GET /models and GET /health say what is served, and /docs is the "
+        "one, POST /feedback learns from outcomes (with --feedback-journal), GET "
+        "/models and GET /health say what is served, and /docs is the "
         "OpenAPI page. MODEL is a router saved with sklocus.save, or an embedder "
         "from sklocus fit with EVALS, the pool to route among. Needs the serve "
         "extra (pip install 'sklocus[serve]'). With a token (the environment "
-        f"variable {TOKEN_VARIABLE}, or --token-file), onboarding and removal "
-        "need the header 'Authorization: Bearer TOKEN'.",
+        f"variable {TOKEN_VARIABLE}, or --token-file), onboarding, removal and "
+        "feedback need the header 'Authorization: Bearer TOKEN'.",
     )
     serve.add_argument(
         "model", metavar="MODEL", help="a router file, or an embedder file with EVALS"
@@ -573,6 +574,30 @@ def _add_serve_command(commands):
         "B, the weight of cost chosen on held-out evaluations (a request can give "
         "its own budget)",
     )
+    learning = serve.add_argument_group("learning from outcomes")
+    learning.add_argument(
+        "--feedback-journal",
+        metavar="FILE",
+        help="keep the outcomes POST /feedback receives in this SQLite file "
+        "(created when missing), on disk before each answer, and fold them into "
+        "the router as they arrive; the outcomes the router does not hold yet "
+        "are learnt at start. With --write-back each fold is saved to the model "
+        "file. Without it, POST /feedback is refused",
+    )
+    learning.add_argument(
+        "--fold-interval",
+        type=non_negative_number,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds over which outcomes gather before they are folded in, each "
+        "model they name embedded again once (default: 1)",
+    )
+    learning.add_argument(
+        "--exploration",
+        choices=("thompson", "ucb", "none"),
+        help="how the router explores while it learns from outcomes (see "
+        "LocusRouter's exploration); default: as the router was saved",
+    )
     server.add_argument(
         "--max-batch",
         type=integer_in(1),
@@ -590,8 +615,8 @@ def _add_serve_command(commands):
     server.add_argument(
         "--token-file",
         metavar="FILE",
-        help="a file holding the token that onboarding and removal require as "
-        f"'Authorization: Bearer TOKEN' (default: the environment variable "
+        help="a file holding the token that onboarding, removal and feedback "
+        f"require as 'Authorization: Bearer TOKEN' (default: the environment variable "
         f"{TOKEN_VARIABLE}, if set; no token otherwise). Never give the token "
         "itself on the command line, where other users can read it",
     )

@@ -15,6 +15,7 @@ from sklocus.cli._common import (
 from sklocus.cli._models import build_router, checked_embedder, teach_queries
 from sklocus.cli._parsers import TOKEN_VARIABLE
 from sklocus.cli._tables import per_query, read_evaluations
+from sklocus.serve._journal import JournalError
 from sklocus.serve._service import router_thread
 
 
@@ -126,13 +127,25 @@ def run_serve(arguments):
             "argument --write-back: needs a router file to write to; give "
             "--router-file, or serve a router file"
         )
-    service = RouterService(
-        router,
-        path=target,
-        write_back=arguments.write_back,
-        max_batch=arguments.max_batch,
-        max_evaluations=arguments.max_evaluations,
-    )
+    if arguments.exploration is not None:
+        chosen = arguments.exploration
+        router.set_params(exploration=None if chosen == "none" else chosen)
+    before = router.evaluation_counts_.sum()
+    try:
+        service = RouterService(
+            router,
+            path=target,
+            write_back=arguments.write_back,
+            max_batch=arguments.max_batch,
+            max_evaluations=arguments.max_evaluations,
+            feedback_journal=arguments.feedback_journal,
+            fold_interval=arguments.fold_interval,
+        )
+    except JournalError as error:
+        raise UserError(str(error)) from None
+    learnt = int(service.router.evaluation_counts_.sum() - before)
+    if learnt:
+        say(f"Learnt {learnt:,} outcomes from {arguments.feedback_journal}.")
     try:  # before the warm-up: a port in use is known at once
         listener = listen(arguments.host, arguments.port)
     except OSError as error:
@@ -141,8 +154,8 @@ def run_serve(arguments):
     if token is None and not _is_loopback(arguments.host):
         say(
             f"Warning: listening on {arguments.host}, beyond the loopback, with no "
-            "token: anyone who can reach this port can onboard and remove models. "
-            f"Set {TOKEN_VARIABLE} or give --token-file."
+            "token: anyone who can reach this port can onboard and remove models "
+            f"and send outcomes. Set {TOKEN_VARIABLE} or give --token-file."
         )
     groups = (
         "" if router.groups_ is None else f" with {len(router.groups_)} query groups"
@@ -151,6 +164,11 @@ def run_serve(arguments):
         f"Serving {len(router.classes_)} models{groups} on http://{arguments.host}:"
         f"{listener.getsockname()[1]} (OpenAPI page at /docs"
         + (f"; changes are saved to {target}" if arguments.write_back else "")
+        + (
+            f"; POST /feedback keeps outcomes in {arguments.feedback_journal}"
+            if arguments.feedback_journal is not None
+            else ""
+        )
         + ("; changes need the token" if token is not None else "")
         + ")."
     )

@@ -17,6 +17,7 @@ by side with routing; the service makes that safe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from typing import Annotated
 
@@ -175,6 +176,37 @@ class NewModel(_Strict):
     )
 
 
+class Outcome(_Strict):
+    """How a model did on a query it answered."""
+
+    query: Query
+    model: ModelName
+    score: float = Field(
+        ge=0, le=1, allow_inf_nan=False, description="1 right, 0 wrong, or between"
+    )
+    query_group: GroupLabel | None = Field(
+        default=None,
+        description="the query's group, for a router fitted with query groups: "
+        "a query new to the router takes it, one it knows keeps its own",
+    )
+
+
+class FeedbackRequest(_Strict):
+    """Outcomes of served queries."""
+
+    outcomes: list[Outcome]
+
+
+class FeedbackResponse(BaseModel):
+    """The outcomes kept, on disk."""
+
+    accepted: int
+    through: int = Field(description="the journal id of the last outcome kept")
+    pending_outcomes: int = Field(
+        description="outcomes kept but not yet folded into the router"
+    )
+
+
 class Onboarded(BaseModel):
     """What onboarding did."""
 
@@ -195,6 +227,12 @@ class ServedModel(BaseModel):
 
     name: str
     cost: float | None
+    n_evaluations: int = Field(
+        description="distinct queries the model's embedding is computed from"
+    )
+    n_outcomes: int = Field(
+        description="outcomes of those queries (a query answered twice counts twice)"
+    )
 
 
 class ModelList(BaseModel):
@@ -214,6 +252,12 @@ class Health(BaseModel):
         "was fitted without them"
     )
     write_back: bool
+    feedback: bool = Field(
+        description="whether POST /feedback takes outcomes (a journal is kept)"
+    )
+    pending_outcomes: int = Field(
+        description="outcomes kept but not yet folded into the router"
+    )
     sklocus_version: str
 
 
@@ -403,7 +447,18 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     >>> from sklocus.serve import RouterService, create_app
     >>> app = create_app(RouterService(router))  # doctest: +SKIP
     """
+
+    @contextlib.asynccontextmanager
+    async def folding(app):
+        # Outcomes are folded in while the application serves.
+        service.start_folding()
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(service.stop_folding)
+
     app = FastAPIOffline(
+        lifespan=folding,
         title="sklocus router",
         version=__version__,
         description="Route queries to the language model most likely to answer "
@@ -473,6 +528,13 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     def remove(name: str):
         """Stop routing to a model."""
         return service.remove_model(name)
+
+    @app.post("/feedback", response_model=FeedbackResponse, dependencies=authorised)
+    def feedback(body: FeedbackRequest):
+        """Keep outcomes of served queries; answered once they are on disk."""
+        return service.feedback(
+            [outcome.model_dump(exclude_none=True) for outcome in body.outcomes]
+        )
 
     @app.get("/health", response_model=Health)
     async def health():

@@ -27,6 +27,7 @@ so ``sklocus serve EMBEDDER EVALS`` builds its router on the router thread.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
 import os
@@ -40,6 +41,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
 from sklocus._routing import policies_given
+from sklocus.serve._feedback import Folder, check_outcomes
+from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
 
 __all__ = ["RequestError", "RouterService"]
@@ -178,6 +181,19 @@ class RouterService:
     max_evaluations : int, default=50,000
         Most evaluations one onboarding may give (EmbedLLM's models have
         36,054 each); each new query text is encoded once.
+    feedback_journal : str or path-like, default=None
+        A SQLite file (created when missing) that keeps the outcomes
+        :meth:`feedback` receives, on disk before it answers. The outcomes not
+        yet in the router are learnt when the service starts; with
+        ``write_back``, each fold is saved to the model file and the journal
+        records which outcomes the file holds (:mod:`sklocus.serve._journal`).
+        Without a journal, :meth:`feedback` is refused.
+    fold_interval : float, default=1.0
+        Seconds over which outcomes gather before they are folded into the
+        router in one :meth:`~sklocus.LocusRouter.partial_fit`, once
+        :meth:`start_folding` has started the folding thread.
+    max_feedback : int, default=10,000
+        Most outcomes one :meth:`feedback` call may give.
 
     Notes
     -----
@@ -210,6 +226,9 @@ class RouterService:
         write_back=False,
         max_batch=256,
         max_evaluations=50_000,
+        feedback_journal=None,
+        fold_interval=1.0,
+        max_feedback=10_000,
     ):
         if not isinstance(router, LocusRouter):
             raise TypeError(
@@ -229,6 +248,7 @@ class RouterService:
         for option, value in [
             ("max_batch", max_batch),
             ("max_evaluations", max_evaluations),
+            ("max_feedback", max_feedback),
         ]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{option}={value!r} must be a positive integer")
@@ -237,8 +257,25 @@ class RouterService:
         self.write_back = bool(write_back)
         self.max_batch = max_batch
         self.max_evaluations = max_evaluations
+        self.max_feedback = max_feedback
         self._changing = threading.Lock()  # held to publish a change
-        self._onboarding = threading.Lock()  # one onboarding computed at a time
+        self._onboarding = threading.Lock()  # one change computed at a time
+        if (
+            isinstance(fold_interval, bool)
+            or not isinstance(fold_interval, int | float)
+            or not 0 <= fold_interval < math.inf
+        ):
+            raise ValueError(f"fold_interval={fold_interval!r} must be a number >= 0")
+        self._journal = None
+        self._folded = 0  # the id through which the router holds the journal's
+        self._folder = Folder(self.fold, fold_interval)
+        if feedback_journal is not None:
+            self._journal = FeedbackJournal(feedback_journal)
+            if self.path is not None and self.path.is_file():
+                self._folded = self._journal.settle(self.path)
+            # Learn what the journal holds and the router does not yet.
+            while self.fold():
+                pass
 
     @property
     def router(self):
@@ -495,15 +532,29 @@ class RouterService:
         Returns
         -------
         list of dict
-            ``{"name", "cost"}`` per model, ``cost`` None without costs.
+            ``{"name", "cost", "n_evaluations", "n_outcomes"}`` per model,
+            ``cost`` None without costs; ``n_evaluations`` counts the distinct
+            queries the model is embedded from, ``n_outcomes`` every outcome of
+            them (a query answered twice counts twice).
         """
         router = self._router
         costs = [None] * len(router.classes_)
         if router.cost_ is not None:
             costs = router.cost_.astype(np.float64).tolist()
+        kept = router._kept()
         return [
-            {"name": str(name), "cost": cost}
-            for name, cost in zip(router.classes_.tolist(), costs)
+            {
+                "name": str(name),
+                "cost": cost,
+                "n_evaluations": size,
+                "n_outcomes": outcomes,
+            }
+            for name, cost, size, outcomes in zip(
+                router.classes_.tolist(),
+                costs,
+                kept.sizes.tolist(),
+                kept.n_outcomes().tolist(),
+            )
         ]
 
     def health(self):
@@ -512,9 +563,12 @@ class RouterService:
         Returns
         -------
         dict
-            ``{"status", "n_models", "groups", "write_back", "sklocus_version"}``;
-            ``groups`` lists the query groups the router has offsets for, None
-            when it was fitted without them.
+            ``{"status", "n_models", "groups", "write_back", "feedback",
+            "pending_outcomes", "sklocus_version"}``; ``groups`` lists the query
+            groups the router has offsets for, None when it was fitted without
+            them; ``feedback`` says whether :meth:`feedback` is open (a journal
+            is kept), and ``pending_outcomes`` how many journalled outcomes
+            wait to be folded in.
         """
         from sklocus._versioning import __version__
 
@@ -525,6 +579,8 @@ class RouterService:
             "n_models": int(len(router.classes_)),
             "groups": None if groups is None else [str(g) for g in groups],
             "write_back": self.write_back,
+            "feedback": self._journal is not None,
+            "pending_outcomes": self.pending_outcomes(),
             "sklocus_version": __version__,
         }
 
@@ -543,13 +599,26 @@ class RouterService:
 
     # -- changing the pool ------------------------------------------------------
 
-    def _publish(self, changed):
-        """Save ``changed`` if asked, then serve it: one assignment, no tearing."""
-        if self.write_back:
-            from sklocus._persistence import save
+    def _publish(self, changed, folded=None):
+        """Save ``changed`` if asked, then serve it: one assignment, no tearing.
 
+        ``changed`` holds the journal's outcomes through id ``folded`` (by
+        default, those the served router holds).
+        """
+        folded = self._folded if folded is None else folded
+        if self.write_back:
+            from sklocus._files import write_atomically
+            from sklocus._persistence import serialised
+
+            content = serialised(changed)
+            digest = hashlib.sha256(content).hexdigest()
             try:
-                save(changed, self.path)  # a new file renamed over the old one
+                if self._journal is not None:
+                    self._journal.begin_fold(folded, digest)
+                # A new file renamed over the old one.
+                write_atomically(self.path, lambda path: path.write_bytes(content))
+                if self._journal is not None:
+                    self._journal.end_fold(folded, digest)
             except OSError as error:
                 _log.error("could not save the router to %s: %s", self.path, error)
                 reason = error.strerror or type(error).__name__
@@ -560,6 +629,29 @@ class RouterService:
                     status=503,
                 ) from None
         self._router = changed
+        self._folded = folded
+
+    def _change(self, compute, folded=None):
+        """Publish a copy of the served router that ``compute(copy)`` changed.
+
+        The slow part, ``compute``, runs on a thread of its own outside the
+        publishing lock: requests keep reading the router as it was, and a
+        model removed meanwhile is removed from the copy before it is served.
+        Changes are computed one at a time. Returns the router published.
+        """
+        snapshot = self._router
+        staged = copy.copy(snapshot)
+        _on_a_thread_of_its_own(compute, staged)
+        with self._changing:
+            removed = set(snapshot.classes_.tolist()) - set(
+                self._router.classes_.tolist()
+            )
+            if removed:
+                staged.remove_models(
+                    [model for model in snapshot.classes_ if model in removed]
+                )
+            self._publish(staged, folded)
+        return staged
 
     def add_model(self, name, evaluations, cost=None, query_groups=None):
         """Onboard one model from its evaluations: one forward pass.
@@ -598,30 +690,20 @@ class RouterService:
             self._router, query_groups, evaluations
         )
         with self._onboarding:
-            snapshot = self._router
-            self._check_new(snapshot, name, cost)
-            # The slow part, outside the lock: requests keep reading the
-            # snapshot, and a removal meanwhile is applied below.
-            staged = copy.copy(snapshot)
+            self._check_new(self._router, name, cost)
             try:
-                _on_a_thread_of_its_own(
-                    staged.add_models,
-                    [evaluations],
-                    [name],
-                    cost=None if cost is None else [cost],
-                    query_groups=query_groups,
+                staged = self._change(
+                    lambda router: router.add_models(
+                        [evaluations],
+                        [name],
+                        cost=None if cost is None else [cost],
+                        query_groups=query_groups,
+                    )
                 )
+            except RequestError:  # the change could not be saved
+                raise
             except (ValueError, TypeError, KeyError) as error:
                 raise self._encoding_error(error, evaluations, "evaluations") from None
-            with self._changing:
-                removed = set(snapshot.classes_.tolist()) - set(
-                    self._router.classes_.tolist()
-                )
-                if removed:
-                    staged.remove_models(
-                        [model for model in snapshot.classes_ if model in removed]
-                    )
-                self._publish(staged)
             return {
                 "model": name,
                 "n_evaluations": len(evaluations),
@@ -668,3 +750,141 @@ class RouterService:
             changed.remove_models([name])
             self._publish(changed)
             return {"model": name, "n_models": int(len(changed.classes_))}
+
+    # -- learning from outcomes -------------------------------------------------
+
+    def feedback(self, outcomes):
+        """Keep outcomes of served queries, to be learnt by the models they name.
+
+        Returns once they are on disk in the feedback journal; the folding
+        thread (:meth:`start_folding`), or :meth:`fold`, then learns them.
+
+        Parameters
+        ----------
+        outcomes : list of dict
+            ``{"query", "model", "score"}`` each, the score in [0, 1], and
+            ``"query_group"`` (a string or None) for a router with groups: a
+            query new to the router takes it, one it knows keeps its own.
+
+        Returns
+        -------
+        dict
+            ``{"accepted", "through", "pending_outcomes"}``: how many outcomes
+            were kept, the journal id of the last, and how many wait to be
+            folded in.
+        """
+        if self._journal is None:
+            raise RequestError(
+                (),
+                "this service keeps no feedback journal, so it takes no outcomes; "
+                "start it with one (sklocus serve --feedback-journal FILE)",
+                status=409,
+            )
+        if not isinstance(outcomes, list | tuple):
+            raise RequestError(
+                ("outcomes",), f"outcomes is a {type(outcomes).__name__}; give a list"
+            )
+        if len(outcomes) == 0:
+            raise RequestError(("outcomes",), "no outcomes; give at least one")
+        if len(outcomes) > self.max_feedback:
+            raise RequestError(
+                ("outcomes",),
+                f"{len(outcomes):,} outcomes in one request; at most "
+                f"{self.max_feedback:,}",
+            )
+        router = self._router
+        rows = check_outcomes(router, outcomes, RequestError)
+        known = getattr(_query_encoder(router), "queries", None)
+        if known is not None:  # a precomputed encoder encodes only its own ids
+            table = set(known)
+            for position, (query, *_) in enumerate(rows):
+                if query not in table:
+                    raise RequestError(
+                        ("outcomes", position, "query"),
+                        f"{shorten(query)} is not a query the router's precomputed "
+                        "encoder knows",
+                    )
+        through = self._journal.append(rows)
+        self._folder.arrived()
+        return {
+            "accepted": len(rows),
+            "through": through,
+            "pending_outcomes": through - self._folded,
+        }
+
+    def pending_outcomes(self):
+        """How many journalled outcomes the served router does not hold yet."""
+        if self._journal is None:
+            return 0
+        return self._journal.last_id() - self._folded
+
+    def fold(self, max_outcomes=100_000):
+        """Learn the journalled outcomes the router does not hold yet.
+
+        The models they name are embedded again in one
+        :meth:`~sklocus.LocusRouter.partial_fit` (on a thread of its own, while
+        requests read the router as it was), then the result is published (and
+        saved, with ``write_back``). Outcomes of models no longer served are
+        passed over.
+
+        Returns
+        -------
+        int
+            How many outcomes were folded in (0 when none waited).
+        """
+        if self._journal is None:
+            return 0
+        with self._onboarding:
+            rows = self._journal.since(self._folded, max_outcomes)
+            if not rows:
+                return 0
+            through = rows[-1][0]
+            column = {name: j for j, name in enumerate(self._router.classes_)}
+            rows = [row for row in rows if row[2] in column]
+            names = [row[2] for row in rows]
+            queries = [row[1] for row in rows]
+            scores = np.array([row[3] for row in rows], dtype=np.float64)
+            group_of = {row[1]: row[4] for row in rows if row[4] is not None}
+
+            def learn(router):
+                # Models are found by name in the copy: one removed meanwhile
+                # leaves the others where they were only in the snapshot.
+                index = {name: j for j, name in enumerate(router.classes_.tolist())}
+                models = np.array([index[name] for name in names], dtype=np.int64)
+                router._learn(
+                    models,
+                    queries,
+                    scores,
+                    group_of if router.group_offsets_ is not None else None,
+                    check_groups=False,
+                )
+
+            try:
+                self._change(learn, folded=through)
+            except RequestError:  # not saved, so not served: tried again later
+                raise
+            except (ValueError, TypeError, KeyError) as error:
+                # Kept in the journal, and tried again at the next start.
+                _log.error(
+                    "could not learn the outcomes through #%d, passed over: %s",
+                    through,
+                    error,
+                )
+                with self._changing:
+                    self._folded = through
+            return len(rows)
+
+    def start_folding(self):
+        """Start the thread that folds outcomes in as they arrive."""
+        if self._journal is not None:
+            self._folder.start()
+
+    def stop_folding(self):
+        """Stop the folding thread, after the fold it is computing, if any."""
+        self._folder.stop()
+
+    def close(self):
+        """Stop folding and close the journal (what is journalled stays)."""
+        self._folder.stop()
+        if self._journal is not None:
+            self._journal.close()

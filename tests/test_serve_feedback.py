@@ -1,0 +1,324 @@
+"""POST /feedback: outcomes kept on disk, folded into the served router."""
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.frozen import FrozenEstimator
+from test_serve import Server, _errors, _require
+from tiny import TINY_NETWORK
+
+import sklocus
+from sklocus import LocusEmbedder, LocusRouter
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+
+_require("fastapi")
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+
+from sklocus.serve import RouterService, create_app  # noqa: E402
+from sklocus.serve._journal import FeedbackJournal, JournalError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pool():
+    data = make_evaluations(
+        n_models=8, n_queries=160, evals_per_model=(20, 60), query_dim=8, random_state=5
+    )
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
+        data.evaluation_sets
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=5).fit(queries, Y)
+    return data, router
+
+
+@pytest.fixture()
+def router_file(pool, tmp_path):
+    path = tmp_path / "router.sklocus"
+    sklocus.save(pool[1], path)
+    return path
+
+
+def _outcomes(data, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "query": data.query_ids[int(rng.integers(160))],
+            "model": data.model_names[int(rng.integers(8))],
+            "score": float(rng.integers(2)),
+        }
+        for _ in range(n)
+    ]
+
+
+def _learnt(router, outcomes):
+    """``router`` after partial_fit of ``outcomes``, one table per outcome."""
+    for outcome in outcomes:
+        Y = pd.DataFrame({outcome["model"]: [outcome["score"]]})
+        router.partial_fit([outcome["query"]], Y)
+    return router
+
+
+def test_outcomes_are_on_disk_when_answered_and_folded_in_as_partial_fit(
+    pool, router_file, tmp_path
+):
+    data, router = pool
+    journal = tmp_path / "feedback.sqlite"
+    service = RouterService(router, path=router_file, feedback_journal=journal)
+    outcomes = _outcomes(data, 40)
+    answer = service.feedback(outcomes)
+    assert answer == {"accepted": 40, "through": 40, "pending_outcomes": 40}
+    # Another connection sees them: committed, not held in this process.
+    with sqlite3.connect(journal) as other:
+        assert other.execute("SELECT count(*) FROM outcomes").fetchone() == (40,)
+    assert service.router is not None and service.pending_outcomes() == 40
+    before = service.router
+    assert service.fold() == 40
+    assert service.pending_outcomes() == 0 and service.fold() == 0
+    expected = _learnt(sklocus.load(router_file), outcomes)
+    np.testing.assert_allclose(
+        service.router.embeddings_, expected.embeddings_, atol=1e-5
+    )
+    assert before.evaluation_counts_.sum() == router.evaluation_counts_.sum()
+    listed = {m["name"]: m for m in service.models()}
+    counts = pd.Series([o["model"] for o in outcomes]).value_counts()
+    for name, entry in listed.items():
+        initial = len(data.evaluation_sets[data.model_names.index(name)])
+        assert entry["n_outcomes"] == initial + counts.get(name, 0)
+    assert service.health()["feedback"] is True
+    service.close()
+
+
+def test_a_restart_learns_what_the_model_file_does_not_hold(
+    pool, router_file, tmp_path
+):
+    data, _ = pool
+    journal = tmp_path / "feedback.sqlite"
+    first = RouterService(
+        sklocus.load(router_file), path=router_file, feedback_journal=journal
+    )
+    first.feedback(_outcomes(data, 30))
+    first.fold()
+    first.feedback(_outcomes(data, 10, seed=1))  # kept, never folded
+    first.close()
+    # Without write-back the file holds none: all 40 are learnt again.
+    again = RouterService(
+        sklocus.load(router_file), path=router_file, feedback_journal=journal
+    )
+    assert again.pending_outcomes() == 0
+    expected = _learnt(
+        sklocus.load(router_file), _outcomes(data, 30) + _outcomes(data, 10, seed=1)
+    )
+    np.testing.assert_allclose(
+        again.router.embeddings_, expected.embeddings_, atol=1e-5
+    )
+    again.close()
+
+
+def test_write_back_folds_into_the_file_once(pool, router_file, tmp_path):
+    data, _ = pool
+    journal = tmp_path / "feedback.sqlite"
+    service = RouterService(
+        sklocus.load(router_file),
+        path=router_file,
+        write_back=True,
+        feedback_journal=journal,
+    )
+    service.feedback(_outcomes(data, 25))
+    service.fold()
+    total = service.router.evaluation_counts_.sum()
+    service.close()
+    assert sklocus.load(router_file).evaluation_counts_.sum() == total
+    restarted = RouterService(
+        sklocus.load(router_file),
+        path=router_file,
+        write_back=True,
+        feedback_journal=journal,
+    )
+    assert restarted.router.evaluation_counts_.sum() == total  # not learnt twice
+    restarted.close()
+    other = tmp_path / "other.sklocus"
+    sklocus.save(pool[1], other)
+    with pytest.raises(JournalError, match="into a model file other than"):
+        RouterService(pool[1], path=other, write_back=True, feedback_journal=journal)
+
+
+def test_a_crash_between_the_new_file_and_its_mark_is_settled(
+    pool, router_file, tmp_path, monkeypatch
+):
+    data, _ = pool
+    journal = tmp_path / "feedback.sqlite"
+    service = RouterService(
+        sklocus.load(router_file),
+        path=router_file,
+        write_back=True,
+        feedback_journal=journal,
+    )
+    service.feedback(_outcomes(data, 12))
+
+    def crash(*args):
+        raise KeyboardInterrupt  # the process dies after the file was replaced
+
+    monkeypatch.setattr(FeedbackJournal, "end_fold", crash)
+    with pytest.raises(KeyboardInterrupt):
+        service.fold()
+    monkeypatch.undo()
+    in_file = sklocus.load(router_file).evaluation_counts_.sum()
+    restarted = RouterService(
+        sklocus.load(router_file),
+        path=router_file,
+        write_back=True,
+        feedback_journal=journal,
+    )
+    assert restarted.router.evaluation_counts_.sum() == in_file  # none twice
+    assert restarted.pending_outcomes() == 0
+    restarted.close()
+
+
+def test_bad_feedback_is_refused_whole(pool, tmp_path):
+    data, router = pool
+    client = TestClient(
+        create_app(RouterService(router, feedback_journal=tmp_path / "j.sqlite"))
+    )
+    good = {"query": data.query_ids[0], "model": data.model_names[0], "score": 1.0}
+    cases = [
+        (
+            {**good, "model": "gpt-9"},
+            ("body", "outcomes", 1, "model"),
+            "'gpt-9' is not a model of the router",
+        ),
+        (
+            {**good, "score": 1.5},
+            ("body", "outcomes", 1, "score"),
+            "less than or equal to 1",
+        ),
+        (
+            {**good, "query_group": "mmlu"},
+            ("body", "outcomes", 1, "query_group"),
+            "fitted without query groups",
+        ),
+        (
+            {**good, "query": "not-a-query"},
+            ("body", "outcomes", 1, "query"),
+            "precomputed encoder knows",
+        ),
+        (
+            {**good, "extra": 1},
+            ("body", "outcomes", 1, "extra"),
+            "Extra inputs are not permitted",
+        ),
+    ]
+    for bad, loc, message in cases:
+        response = client.post("/feedback", json={"outcomes": [good, bad]})
+        assert response.status_code == 422, bad
+        (error,) = _errors(response)
+        assert error[0] == loc and message in error[1], error
+    assert client.get("/health").json()["pending_outcomes"] == 0
+    plain = TestClient(create_app(RouterService(router)))
+    refused = plain.post("/feedback", json={"outcomes": [good]})
+    assert refused.status_code == 409 and "no feedback journal" in refused.text
+    guarded = TestClient(
+        create_app(
+            RouterService(router, feedback_journal=tmp_path / "k.sqlite"),
+            token="s3cret",
+        )
+    )
+    assert guarded.post("/feedback", json={"outcomes": [good]}).status_code == 401
+
+
+def test_the_app_folds_as_outcomes_arrive_and_counts_them(pool, tmp_path):
+    data, router = pool
+    service = RouterService(
+        router, feedback_journal=tmp_path / "j.sqlite", fold_interval=0.05
+    )
+    with TestClient(create_app(service)) as client:
+        name = data.model_names[2]
+        before = next(
+            m for m in client.get("/models").json()["models"] if m["name"] == name
+        )
+        outcomes = [
+            {"query": q, "model": name, "score": 1.0} for q in data.query_ids[:20]
+        ]
+        answer = client.post("/feedback", json={"outcomes": outcomes}).json()
+        assert answer["accepted"] == 20
+        deadline = time.monotonic() + 60
+        while (
+            client.get("/health").json()["pending_outcomes"]
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        after = next(
+            m for m in client.get("/models").json()["models"] if m["name"] == name
+        )
+    assert after["n_outcomes"] == before["n_outcomes"] + 20
+    assert after["n_evaluations"] == len(
+        set(data.evaluation_sets[2]) | set(data.query_ids[:20])
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_server_loses_no_acknowledged_outcome(pool, router_file, tmp_path):
+    """SIGKILL while outcomes stream in; the restarted server holds every one it
+    acknowledged (and none twice), in a model file that loads."""
+    data, router = pool
+    journal = tmp_path / "feedback.sqlite"
+    argv = (
+        router_file,
+        "--write-back",
+        "--feedback-journal",
+        journal,
+        "--fold-interval",
+        "0.1",
+    )
+    server = Server(*argv, cwd=tmp_path)
+    initial = int(router.evaluation_counts_.sum())
+    acknowledged, stop = [], threading.Event()
+
+    def stream():
+        seed = 0
+        with httpx.Client(base_url=server.url, timeout=30) as session:
+            while not stop.is_set():
+                batch = _outcomes(data, 50, seed=seed)
+                seed += 1
+                try:
+                    answer = session.post("/feedback", json={"outcomes": batch})
+                except httpx.TransportError:
+                    return
+                assert answer.status_code == 200, answer.text
+                acknowledged.append(answer.json()["through"])
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    deadline = time.monotonic() + 60
+    while len(acknowledged) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait()
+    stop.set()
+    sender.join()
+    assert len(acknowledged) >= 20
+    restarted = Server(*argv, cwd=tmp_path)
+    try:
+        health = httpx.get(f"{restarted.url}/health").json()
+        assert health["pending_outcomes"] == 0
+        listed = httpx.get(f"{restarted.url}/models").json()["models"]
+        served = sum(m["n_outcomes"] for m in listed)
+        with sqlite3.connect(journal) as db:
+            kept = db.execute("SELECT count(*) FROM outcomes").fetchone()[0]
+        assert kept >= max(acknowledged)  # every acknowledged outcome was kept
+        assert served == initial + kept  # each learnt once
+        route = httpx.post(
+            f"{restarted.url}/route", json={"queries": data.query_ids[:3]}
+        )
+        assert route.status_code == 200
+    finally:
+        restarted.stop()
+    assert sklocus.load(router_file).evaluation_counts_.sum() == initial + kept
