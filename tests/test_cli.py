@@ -12,6 +12,7 @@ from sklearn.frozen import FrozenEstimator
 
 from sklocus import LocusRouter, ScoreEstimator
 from sklocus import load as load_model_file
+from sklocus import save as sklocus_save
 from sklocus.cli import main
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
@@ -270,6 +271,59 @@ def test_estimate_writes_what_the_library_estimates(workspace, capsys):
         rtol=1e-6,
     )
     assert written.n_evaluated.sum() == 20
+
+
+def test_feedback_folds_outcomes_as_partial_fit_does(workspace, capsys):
+    folder, data, *_ = workspace
+    embedder = load_model_file(folder / "model.sklocus")
+    scores, queries = to_matrix(data.evaluation_sets[:10])
+    Y = pd.DataFrame(scores.T, columns=data.model_names[:10])
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=5).fit(queries, Y)
+    sklocus_save(router, folder / "router.sklocus")
+    # Two outcomes of one query and model: both count.
+    rows = [(data.model_names[1], data.query_ids[0], 1.0)] * 2 + [
+        (data.model_names[3], query, 0.0) for query in data.query_ids[100:110]
+    ]
+    pd.DataFrame(rows, columns=["model", "query", "score"]).to_csv(
+        folder / "outcomes.csv", index=False
+    )
+    run = succeeded(
+        in_process(
+            "feedback",
+            "router.sklocus",
+            "outcomes.csv",
+            "-o",
+            "learnt.sklocus",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    assert "Folded 12 outcomes of 2 models into learnt.sklocus" in run.stderr
+    learnt = load_model_file(folder / "learnt.sklocus")
+    router.partial_fit(
+        data.query_ids[:1], pd.DataFrame({data.model_names[1]: [1.0]})
+    ).partial_fit(data.query_ids[:1], pd.DataFrame({data.model_names[1]: [1.0]}))
+    router.partial_fit(
+        data.query_ids[100:110], pd.DataFrame({data.model_names[3]: [0.0] * 10})
+    )
+    np.testing.assert_allclose(learnt.embeddings_, router.embeddings_, atol=1e-6)
+    pd.testing.assert_frame_equal(learnt.evaluations(), router.evaluations())
+    pd.DataFrame(
+        [(data.model_names[1], "q00001", 1.0), ("gpt-9", "q00001", 1.0)],
+        columns=["model", "query", "score"],
+    ).to_csv(folder / "stranger.csv", index=False)
+    pd.DataFrame(
+        [(data.model_names[1], "q00001", 2.0)], columns=["model", "query", "score"]
+    ).to_csv(folder / "too_high.csv", index=False)
+    for table, message in [
+        ("stranger.csv", "row 1 is an outcome of model 'gpt-9', which the router"),
+        ("too_high.csv", "row 0 has score 2.0 in column 'score'"),
+    ]:
+        run = in_process("feedback", "router.sklocus", table, cwd=folder, capsys=capsys)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert load_model_file(folder / "router.sklocus").evaluation_counts_.sum() == (
+        sum(len(s) for s in data.evaluation_sets[:10])
+    )
 
 
 def test_suggest_offers_every_strategy_of_the_library():

@@ -28,7 +28,8 @@ DESCRIPTION = (
     "'embed' and 'route' use it on a pool of models; 'suggest' chooses which "
     "queries to evaluate a new model on and 'estimate' its scores; 'neighbors', "
     "'duplicates', 'clusters' and 'select' work on the embeddings; 'report' "
-    "writes the model map; 'serve' serves a router over HTTP; 'demo' runs the "
+    "writes the model map; 'serve' serves a router over HTTP and 'feedback' folds "
+    "outcomes into a router's file; 'demo' runs the "
     "main job on built-in data. 'sklocus COMMAND --help' lists a command's "
     "options."
 )
@@ -62,6 +63,7 @@ def build_parser():
         _add_geometry_commands,
         _add_report_command,
         _add_serve_command,
+        _add_feedback_command,
         _add_demo_command,
     ):
         add(commands)
@@ -634,6 +636,44 @@ def _add_serve_command(commands):
         help="uvicorn's log level; 'info' logs each request (default: info)",
     )
     serve.set_defaults(run="_serve:run_serve")
+
+
+def _add_feedback_command(commands):
+    """Add ``feedback`` to the subcommands."""
+    feedback = commands.add_parser(
+        "feedback",
+        help="fold outcomes into a router's model file",
+        description="Fold the outcomes in OUTCOMES into the router in MODEL, a "
+        "router file, and save it (in place, atomically, unless -o is given): each "
+        "model with outcomes is embedded again from all its evaluations, as "
+        "LocusRouter.partial_fit does, a query seen before counting with the mean "
+        "of its outcomes. OUTCOMES is a CSV or Parquet table with one row per "
+        "outcome (model, query, score in [0, 1]); a repeated row is one more "
+        "outcome.",
+    )
+    feedback.add_argument("model", metavar="MODEL", help="a router file")
+    feedback.add_argument("outcomes", metavar="OUTCOMES", help="the outcomes")
+    feedback.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the router here instead of over MODEL",
+    )
+    table = feedback.add_argument_group("outcome table")
+    for option, default in [("model", "model"), ("query", "query"), ("score", "score")]:
+        table.add_argument(
+            f"--{option}-column",
+            default=default,
+            metavar="COL",
+            help=f"default: {default}",
+        )
+    table.add_argument(
+        "--group-column",
+        metavar="COL",
+        help="each query's group, for a router fitted with query groups: a query "
+        "new to the router takes it, one it knows keeps its own",
+    )
+    feedback.set_defaults(run="_feedback:run_feedback")
 
 
 def _add_demo_command(commands):

@@ -41,6 +41,7 @@ INPUTS = {
     "query_vectors": "--query-vectors",
     "query_ids": "--query-ids",
     "test_queries": "--test-queries",
+    "outcomes": "OUTCOMES",
 }
 OUTPUTS = {"output": "-o/--output", "router_file": "--router-file"}
 

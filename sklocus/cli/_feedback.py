@@ -1,0 +1,86 @@
+"""``sklocus feedback``: fold a table of outcomes into a router's model file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sklocus._persistence import load, save
+from sklocus._router import LocusRouter
+from sklocus._validation import shown
+from sklocus.cli._common import UserError, one_line, say
+from sklocus.cli._tables import check_names, read_table, require_columns
+
+
+def _outcome_table(arguments, router):
+    """Read OUTCOMES: the model index, query, score and group of each row."""
+    model, query = arguments.model_column, arguments.query_column
+    score, group = arguments.score_column, arguments.group_column
+    path = Path(arguments.outcomes)
+    frame = read_table(path, text_columns=(model, query))
+    columns = {"--model-column": model, "--query-column": query}
+    columns["--score-column"] = score
+    if group is not None:
+        columns["--group-column"] = group
+    require_columns(frame, columns, path)
+    check_names(frame[model], model, path)
+    if not len(frame):
+        raise UserError(f"{path}: no outcomes (the table has no rows)")
+    index = {name: j for j, name in enumerate(router.classes_.tolist())}
+    for row, name in enumerate(frame[model]):
+        if name not in index:
+            raise UserError(
+                f"{path}: row {row} is an outcome of model {name!r}, which the router "
+                "does not have (add it first: sklocus serve's POST /models, or "
+                "LocusRouter.add_models)"
+            )
+    for row, value in enumerate(frame[query]):
+        if pd.isna(value):
+            raise UserError(f"{path}: row {row} has no query")
+    values = pd.to_numeric(frame[score], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~((values >= 0) & (values <= 1)))
+    if len(bad):
+        row = int(bad[0])
+        raise UserError(
+            f"{path}: row {row} has score {shown(frame[score].iloc[row])} in column "
+            f"{score!r}; an outcome's score is a number in [0, 1]"
+        )
+    group_of = None
+    if group is not None:
+        if router.group_offsets_ is None:
+            raise UserError(
+                "argument --group-column: the router was fitted without query "
+                "groups; leave it out"
+            )
+        labelled = frame.dropna(subset=[group])
+        group_of = dict(zip(labelled[query], labelled[group].astype(str)))
+    models = np.array([index[name] for name in frame[model]], dtype=np.int64)
+    return models, frame[query].tolist(), values, group_of
+
+
+def run_feedback(arguments):
+    """Fold outcomes into a router file."""
+    path = Path(arguments.model)
+    router = load(path)
+    if not isinstance(router, LocusRouter):
+        raise UserError(
+            f"{path} holds a {type(router).__name__}; feedback folds outcomes into "
+            "a LocusRouter's file"
+        )
+    models, queries, scores, group_of = _outcome_table(arguments, router)
+    before = router._kept().sizes
+    try:
+        router._learn(models, queries, scores, group_of)
+    except (ValueError, TypeError, KeyError) as error:
+        raise UserError(f"{arguments.outcomes}: {one_line(error)}") from None
+    target = Path(arguments.output) if arguments.output is not None else path
+    save(router, target)
+    touched = len(np.unique(models))
+    new = int(router._kept().sizes.sum() - before.sum())
+    say(
+        f"Folded {len(models):,} outcomes of {touched} models into {target} "
+        f"({new:,} on queries new to their model)."
+    )
+    return 0
