@@ -95,6 +95,21 @@ def _the_router_beats_random_mixing_and_keeps_its_budgets(output):
     assert 0 <= _number(output, "ECE after calibration:") < 0.1
 
 
+def _learning_routes_better_and_exploration_tries_more_models(output):
+    start = _number(output, "routing accuracy from 16 evaluations per model:")
+    found = re.findall(
+        r"^(best guess|Thompson): routing accuracy after 2,000 outcomes ([0-9.]+); "
+        r"models that answered: ([0-9]+) of 20",
+        output,
+        re.M,
+    )
+    assert len(found) == 2, output
+    (_, greedy, greedy_tried), (_, thompson, thompson_tried) = found
+    assert float(greedy) > start and float(thompson) > start
+    assert int(thompson_tried) > int(greedy_tried)
+    assert "evaluations kept in the file: " in output
+
+
 CHECKS = {
     "quick_start.py": _routes_beat_the_best_model,
     "table_to_saved_router.py": _served_routes_match,
@@ -107,9 +122,15 @@ CHECKS = {
     "embed_beyond_memory.py": _both_paths_give_transforms_vectors,
     "serve_over_http.py": _the_server_routes_and_onboards,
     "routing_on_a_budget.py": _the_router_beats_random_mixing_and_keeps_its_budgets,
+    "learning_from_outcomes.py": (
+        _learning_routes_better_and_exploration_tries_more_models
+    ),
 }
 # Files an example leaves in its working folder, for the reader to open.
-OUTPUTS = {"model_map.py": {"model-map.html"}}
+OUTPUTS = {
+    "model_map.py": {"model-map.html"},
+    "learning_from_outcomes.py": {"learning-router.sklocus"},
+}
 
 
 def _environment():
