@@ -100,18 +100,22 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
     truth = data.train_matrix[pool]  # (models, train queries), fully observed
     rng = np.random.default_rng((seed, int(pool[0]), 23))
     arrivals = rng.integers(0, len(data.train_ids), CHECKPOINTS[-1])
-    rows, served, learnt, seconds = [], 0, 0, 0.0
+    rows, served, learnt, seconds, seen = [], 0, 0, 0.0, set()
     for checkpoint in CHECKPOINTS:
         while served < checkpoint:
             chunk = arrivals[served : min(served + batch, checkpoint)]
             queries = [data.train_ids[i] for i in chunk]
             start = time.perf_counter()
             if policy == "full":
-                outcomes = pd.DataFrame(truth[:, chunk].T, columns=router.classes_)
-                distinct = ~pd.Index(queries).duplicated()
-                outcomes = outcomes[distinct].reset_index(drop=True)
-                router.partial_fit(list(np.asarray(queries)[distinct]), outcomes)
-                learnt += int(distinct.sum()) * len(pool)
+                # A query seen before brings the same outcomes again, whose mean
+                # is what the router holds: learning it again would change the
+                # counts only, not the router's predictions, so it is skipped.
+                fresh = [i for i in dict.fromkeys(chunk.tolist()) if i not in seen]
+                seen.update(fresh)
+                if fresh:
+                    outcomes = pd.DataFrame(truth[:, fresh].T, columns=router.classes_)
+                    router.partial_fit([data.train_ids[i] for i in fresh], outcomes)
+                learnt += len(chunk) * len(pool)
             elif policy != "none":
                 chosen = router.predict(queries, explore=policy != "greedy")
                 column = {name: j for j, name in enumerate(router.classes_)}
