@@ -17,7 +17,11 @@ import logging
 import math
 import threading
 
+import numpy as np
+
+from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
+from sklocus.serve._request import RequestError, query_encoder
 
 _log = logging.getLogger("sklocus.serve")
 
@@ -123,3 +127,166 @@ class Folder:
                 self._fold()
             except Exception:  # the next arrival tries again; the journal keeps all
                 _log.exception("folding outcomes into the router failed")
+
+
+class LearningFromOutcomes:
+    """What a :class:`~sklocus.serve.RouterService` does with outcomes.
+
+    A mixin: the service gives it ``_router``, ``_onboarding``, ``_changing``,
+    ``_change`` and ``path``, and keeps ``_journal`` and ``_folded`` in step
+    when it publishes a change (:meth:`RouterService._publish`).
+    """
+
+    def _open_journal(self, path, fold_interval):
+        if (
+            isinstance(fold_interval, bool)
+            or not isinstance(fold_interval, int | float)
+            or not 0 <= fold_interval < math.inf
+        ):
+            raise ValueError(f"fold_interval={fold_interval!r} must be a number >= 0")
+        self._journal = None
+        self._folded = 0  # the id through which the router holds the journal's
+        self._folder = Folder(self.fold, fold_interval)
+        if path is not None:
+            self._journal = FeedbackJournal(path)
+            if self.path is not None and self.path.is_file():
+                self._folded = self._journal.settle(self.path)
+            # Learn what the journal holds and the router does not yet.
+            while self.fold():
+                pass
+
+    def feedback(self, outcomes):
+        """Keep outcomes of served queries, to be learnt by the models they name.
+
+        Returns once they are on disk in the feedback journal; the folding
+        thread (:meth:`start_folding`), or :meth:`fold`, then learns them.
+
+        Parameters
+        ----------
+        outcomes : list of dict
+            ``{"query", "model", "score"}`` each, the score in [0, 1], and
+            ``"query_group"`` (a string or None) for a router with groups: a
+            query new to the router takes it, one it knows keeps its own.
+
+        Returns
+        -------
+        dict
+            ``{"accepted", "through", "pending_outcomes"}``: how many outcomes
+            were kept, the journal id of the last, and how many wait to be
+            folded in.
+        """
+        if self._journal is None:
+            raise RequestError(
+                (),
+                "this service keeps no feedback journal, so it takes no outcomes; "
+                "start it with one (sklocus serve --feedback-journal FILE)",
+                status=409,
+            )
+        if not isinstance(outcomes, list | tuple):
+            raise RequestError(
+                ("outcomes",), f"outcomes is a {type(outcomes).__name__}; give a list"
+            )
+        if len(outcomes) == 0:
+            raise RequestError(("outcomes",), "no outcomes; give at least one")
+        if len(outcomes) > self.max_feedback:
+            raise RequestError(
+                ("outcomes",),
+                f"{len(outcomes):,} outcomes in one request; at most "
+                f"{self.max_feedback:,}",
+            )
+        router = self._router
+        rows = check_outcomes(router, outcomes, RequestError)
+        known = getattr(query_encoder(router), "queries", None)
+        if known is not None:  # a precomputed encoder encodes only its own ids
+            table = set(known)
+            for position, (query, *_) in enumerate(rows):
+                if query not in table:
+                    raise RequestError(
+                        ("outcomes", position, "query"),
+                        f"{shorten(query)} is not a query the router's precomputed "
+                        "encoder knows",
+                    )
+        through = self._journal.append(rows)
+        self._folder.arrived()
+        return {
+            "accepted": len(rows),
+            "through": through,
+            "pending_outcomes": through - self._folded,
+        }
+
+    def pending_outcomes(self):
+        """How many journalled outcomes the served router does not hold yet."""
+        if self._journal is None:
+            return 0
+        return self._journal.last_id() - self._folded
+
+    def fold(self, max_outcomes=100_000):
+        """Learn the journalled outcomes the router does not hold yet.
+
+        The models they name are embedded again in one
+        :meth:`~sklocus.LocusRouter.partial_fit` (on a thread of its own, while
+        requests read the router as it was), then the result is published (and
+        saved, with ``write_back``). Outcomes of models no longer served are
+        passed over.
+
+        Returns
+        -------
+        int
+            How many outcomes were folded in (0 when none waited).
+        """
+        if self._journal is None:
+            return 0
+        with self._onboarding:
+            rows = self._journal.since(self._folded, max_outcomes)
+            if not rows:
+                return 0
+            through = rows[-1][0]
+            column = {name: j for j, name in enumerate(self._router.classes_)}
+            rows = [row for row in rows if row[2] in column]
+            names = [row[2] for row in rows]
+            queries = [row[1] for row in rows]
+            scores = np.array([row[3] for row in rows], dtype=np.float64)
+            group_of = {row[1]: row[4] for row in rows if row[4] is not None}
+
+            def learn(router):
+                # Models are found by name in the copy: one removed meanwhile
+                # leaves the others where they were only in the snapshot.
+                index = {name: j for j, name in enumerate(router.classes_.tolist())}
+                models = np.array([index[name] for name in names], dtype=np.int64)
+                router._learn(
+                    models,
+                    queries,
+                    scores,
+                    group_of if router.group_offsets_ is not None else None,
+                    check_groups=False,
+                )
+
+            try:
+                self._change(learn, folded=through)
+            except RequestError:  # not saved, so not served: tried again later
+                raise
+            except (ValueError, TypeError, KeyError) as error:
+                # Kept in the journal, and tried again at the next start.
+                _log.error(
+                    "could not learn the outcomes through #%d, passed over: %s",
+                    through,
+                    error,
+                )
+                with self._changing:
+                    self._folded = through
+            return len(rows)
+
+    def start_folding(self):
+        """Start the thread that folds outcomes in as they arrive."""
+        if self._journal is not None:
+            self._folder.start()
+
+    def stop_folding(self):
+        """Stop the folding thread, after the fold it is computing, if any."""
+        self._folder.stop()
+
+    def close(self):
+        """Stop folding and close the journal (what is journalled stays)."""
+        self._folder.stop()
+        if self._journal is not None:
+            self._journal.close()

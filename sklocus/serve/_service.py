@@ -41,32 +41,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
 from sklocus._routing import policies_given
-from sklocus.serve._feedback import Folder, check_outcomes
-from sklocus.serve._journal import FeedbackJournal
+from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
+from sklocus.serve._request import RequestError, query_encoder
 
 __all__ = ["RequestError", "RouterService"]
-
-
-class RequestError(ValueError):
-    """A request the service cannot answer, with the field it blames.
-
-    Parameters
-    ----------
-    field : tuple
-        Where in the request body the fault lies, e.g. ``("exclude", 2)``; empty
-        for the request as a whole.
-    message : str
-        What is wrong and what was expected.
-    status : int, default=422
-        The HTTP status that answers it.
-    """
-
-    def __init__(self, field, message, status=422):
-        super().__init__(message)
-        self.field = tuple(field)
-        self.message = message
-        self.status = status
 
 
 class _RouterThread:
@@ -158,12 +137,7 @@ def _check_label(label, field):
         )
 
 
-def _query_encoder(router):
-    embedder = router.embedder_
-    return getattr(embedder, "estimator", embedder).query_encoder_
-
-
-class RouterService:
+class RouterService(LearningFromOutcomes):
     """Route queries with a fitted router, and change its pool while serving.
 
     Parameters
@@ -260,22 +234,7 @@ class RouterService:
         self.max_feedback = max_feedback
         self._changing = threading.Lock()  # held to publish a change
         self._onboarding = threading.Lock()  # one change computed at a time
-        if (
-            isinstance(fold_interval, bool)
-            or not isinstance(fold_interval, int | float)
-            or not 0 <= fold_interval < math.inf
-        ):
-            raise ValueError(f"fold_interval={fold_interval!r} must be a number >= 0")
-        self._journal = None
-        self._folded = 0  # the id through which the router holds the journal's
-        self._folder = Folder(self.fold, fold_interval)
-        if feedback_journal is not None:
-            self._journal = FeedbackJournal(feedback_journal)
-            if self.path is not None and self.path.is_file():
-                self._folded = self._journal.settle(self.path)
-            # Learn what the journal holds and the router does not yet.
-            while self.fold():
-                pass
+        self._open_journal(feedback_journal, fold_interval)
 
     @property
     def router(self):
@@ -590,7 +549,7 @@ class RouterService:
         The first request would otherwise wait seconds for the sentence encoder
         to load.
         """
-        encoder = _query_encoder(self._router)
+        encoder = query_encoder(self._router)
         known = getattr(encoder, "queries", None)
         query = known[0] if known is not None and len(known) else "warm-up"
         # On the router thread, where requests will be answered: warmed up on
@@ -750,141 +709,3 @@ class RouterService:
             changed.remove_models([name])
             self._publish(changed)
             return {"model": name, "n_models": int(len(changed.classes_))}
-
-    # -- learning from outcomes -------------------------------------------------
-
-    def feedback(self, outcomes):
-        """Keep outcomes of served queries, to be learnt by the models they name.
-
-        Returns once they are on disk in the feedback journal; the folding
-        thread (:meth:`start_folding`), or :meth:`fold`, then learns them.
-
-        Parameters
-        ----------
-        outcomes : list of dict
-            ``{"query", "model", "score"}`` each, the score in [0, 1], and
-            ``"query_group"`` (a string or None) for a router with groups: a
-            query new to the router takes it, one it knows keeps its own.
-
-        Returns
-        -------
-        dict
-            ``{"accepted", "through", "pending_outcomes"}``: how many outcomes
-            were kept, the journal id of the last, and how many wait to be
-            folded in.
-        """
-        if self._journal is None:
-            raise RequestError(
-                (),
-                "this service keeps no feedback journal, so it takes no outcomes; "
-                "start it with one (sklocus serve --feedback-journal FILE)",
-                status=409,
-            )
-        if not isinstance(outcomes, list | tuple):
-            raise RequestError(
-                ("outcomes",), f"outcomes is a {type(outcomes).__name__}; give a list"
-            )
-        if len(outcomes) == 0:
-            raise RequestError(("outcomes",), "no outcomes; give at least one")
-        if len(outcomes) > self.max_feedback:
-            raise RequestError(
-                ("outcomes",),
-                f"{len(outcomes):,} outcomes in one request; at most "
-                f"{self.max_feedback:,}",
-            )
-        router = self._router
-        rows = check_outcomes(router, outcomes, RequestError)
-        known = getattr(_query_encoder(router), "queries", None)
-        if known is not None:  # a precomputed encoder encodes only its own ids
-            table = set(known)
-            for position, (query, *_) in enumerate(rows):
-                if query not in table:
-                    raise RequestError(
-                        ("outcomes", position, "query"),
-                        f"{shorten(query)} is not a query the router's precomputed "
-                        "encoder knows",
-                    )
-        through = self._journal.append(rows)
-        self._folder.arrived()
-        return {
-            "accepted": len(rows),
-            "through": through,
-            "pending_outcomes": through - self._folded,
-        }
-
-    def pending_outcomes(self):
-        """How many journalled outcomes the served router does not hold yet."""
-        if self._journal is None:
-            return 0
-        return self._journal.last_id() - self._folded
-
-    def fold(self, max_outcomes=100_000):
-        """Learn the journalled outcomes the router does not hold yet.
-
-        The models they name are embedded again in one
-        :meth:`~sklocus.LocusRouter.partial_fit` (on a thread of its own, while
-        requests read the router as it was), then the result is published (and
-        saved, with ``write_back``). Outcomes of models no longer served are
-        passed over.
-
-        Returns
-        -------
-        int
-            How many outcomes were folded in (0 when none waited).
-        """
-        if self._journal is None:
-            return 0
-        with self._onboarding:
-            rows = self._journal.since(self._folded, max_outcomes)
-            if not rows:
-                return 0
-            through = rows[-1][0]
-            column = {name: j for j, name in enumerate(self._router.classes_)}
-            rows = [row for row in rows if row[2] in column]
-            names = [row[2] for row in rows]
-            queries = [row[1] for row in rows]
-            scores = np.array([row[3] for row in rows], dtype=np.float64)
-            group_of = {row[1]: row[4] for row in rows if row[4] is not None}
-
-            def learn(router):
-                # Models are found by name in the copy: one removed meanwhile
-                # leaves the others where they were only in the snapshot.
-                index = {name: j for j, name in enumerate(router.classes_.tolist())}
-                models = np.array([index[name] for name in names], dtype=np.int64)
-                router._learn(
-                    models,
-                    queries,
-                    scores,
-                    group_of if router.group_offsets_ is not None else None,
-                    check_groups=False,
-                )
-
-            try:
-                self._change(learn, folded=through)
-            except RequestError:  # not saved, so not served: tried again later
-                raise
-            except (ValueError, TypeError, KeyError) as error:
-                # Kept in the journal, and tried again at the next start.
-                _log.error(
-                    "could not learn the outcomes through #%d, passed over: %s",
-                    through,
-                    error,
-                )
-                with self._changing:
-                    self._folded = through
-            return len(rows)
-
-    def start_folding(self):
-        """Start the thread that folds outcomes in as they arrive."""
-        if self._journal is not None:
-            self._folder.start()
-
-    def stop_folding(self):
-        """Stop the folding thread, after the fold it is computing, if any."""
-        self._folder.stop()
-
-    def close(self):
-        """Stop folding and close the journal (what is journalled stays)."""
-        self._folder.stop()
-        if self._journal is not None:
-            self._journal.close()
