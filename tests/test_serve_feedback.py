@@ -22,7 +22,7 @@ _require("fastapi")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from sklocus.serve import RouterService, create_app  # noqa: E402
+from sklocus.serve import RequestError, RouterService, create_app  # noqa: E402
 from sklocus.serve._journal import FeedbackJournal, JournalError  # noqa: E402
 
 
@@ -322,3 +322,30 @@ def test_a_killed_server_loses_no_acknowledged_outcome(pool, router_file, tmp_pa
     finally:
         restarted.stop()
     assert sklocus.load(router_file).evaluation_counts_.sum() == initial + kept
+
+
+def test_a_fold_that_cannot_be_saved_is_not_served_and_is_tried_again(pool, tmp_path):
+    data, router = pool
+    folder = tmp_path / "models"
+    folder.mkdir()
+    path = folder / "router.sklocus"
+    sklocus.save(router, path)
+    service = RouterService(
+        sklocus.load(path),
+        path=path,
+        write_back=True,
+        feedback_journal=tmp_path / "feedback.sqlite",
+    )
+    service.feedback(_outcomes(data, 8))
+    before = service.router
+    path.unlink()
+    folder.rmdir()  # the model file's folder goes away
+    with pytest.raises(RequestError, match="could not be saved"):
+        service.fold()
+    assert service.router is before and service.pending_outcomes() == 8
+    folder.mkdir()
+    assert service.fold() == 8  # the folder is back: the same outcomes fold in
+    assert sklocus.load(path).evaluation_counts_.sum() == (
+        router.evaluation_counts_.sum() + 8
+    )
+    service.close()
