@@ -152,34 +152,136 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
     return rows
 
 
-def report(paths, figure=None):
-    """The markdown table of results files, and the figure when asked."""
-    rows = pd.concat([pd.read_json(p, lines=True) for p in paths], ignore_index=True)
-    rows["label"] = rows["policy"].where(
-        rows["strength"].isna(),
-        rows["policy"] + " " + rows["strength"].map("{:g}".format, na_action="ignore"),
-    )
-    reference = rows[rows["policy"] == f"onboarded-{REFERENCE}"]
-    curves = rows[rows["policy"] != f"onboarded-{REFERENCE}"]
-    table = curves.groupby(["label", "queries"])["routing"].agg(["mean", "std"])
-    wide = table.apply(lambda r: f"{r['mean']:.3f} ± {r['std']:.3f}", axis=1).unstack()
+def _cells(table):
+    """``mean ± sd (runs)`` per label and checkpoint, as a wide frame."""
+    return table.apply(lambda r: f"{r['mean']:.3f} ± {r['std']:.3f}", axis=1).unstack()
+
+
+def _markdown(wide, runs):
     lines = [
-        "| policy | " + " | ".join(f"{q:,}" for q in wide.columns) + " |",
-        "|---" * (len(wide.columns) + 1) + "|",
+        "| policy | runs | " + " | ".join(f"{q:,}" for q in wide.columns) + " |",
+        "|---" * (len(wide.columns) + 2) + "|",
     ]
-    lines += [
-        f"| {label} | " + " | ".join(wide.loc[label]) + " |" for label in wide.index
+    return lines + [
+        f"| {label} | {runs[label]} | " + " | ".join(wide.loc[label].fillna("")) + " |"
+        for label in wide.index
     ]
+
+
+def report(paths, figure=None):
+    """The page docs/research/learning-from-outcomes.md, and its figure if asked."""
+    rows = pd.concat(
+        [pd.read_json(p, lines=True, convert_dates=False) for p in paths],
+        ignore_index=True,
+    )
+    exploring = rows["policy"].isin(["thompson", "ucb"])
+    rows["label"] = rows["policy"].where(
+        ~exploring, rows["policy"] + " " + rows["strength"].map("{:g}".format)
+    )
+    is_reference = rows["policy"] == f"onboarded-{REFERENCE}"
+    reference, curves = rows[is_reference], rows[~is_reference]
+    order = [p for p in POLICIES if p in set(curves["policy"])]
+    labels = sorted(
+        curves["label"].unique(),
+        key=lambda label: (order.index(label.split()[0]), label),
+    )
+    runs = curves.groupby("label").apply(
+        lambda frame: frame[["seed", "pool"]].drop_duplicates().shape[0],
+        include_groups=False,
+    )
+    figures = {}
+    for metric in ("routing", "correctness"):
+        table = curves.groupby(["label", "queries"])[metric].agg(["mean", "std"])
+        figures[metric] = table
+    main_runs = runs.max()
     seeds = sorted(curves["seed"].unique())
-    ref = reference["routing"]
-    lines += [
+    ref = reference[["routing", "correctness"]].agg(["mean", "std"])
+    last = CHECKPOINTS[-1]
+    final = figures["routing"].xs(last, level="queries")
+    main = [label for label in labels if runs[label] == main_runs]
+    best_explorer = max(
+        (label for label in main if label.split()[0] in ("thompson", "ucb")),
+        key=lambda label: final.loc[label, "mean"],
+        default=None,
+    )
+    commits = ", ".join(sorted(rows["commit"].unique()))
+    dates = ", ".join(sorted(rows["date"].unique()))
+    files = " ".join(str(p) for p in paths)
+    lines = [
+        "# Learning from outcomes: a router taught by its own routes",
         "",
-        f"Onboarded from {REFERENCE} random evaluations per model: routing "
-        f"{ref.mean():.3f} ± {ref.std():.3f}. Mean ± sd over {len(ref)} runs, "
-        f"two pools of each of seeds {', '.join(map(str, seeds))}; "
-        f"commit {', '.join(sorted(rows['commit'].unique()))}, "
-        f"{', '.join(sorted(rows['date'].unique()))}.",
+        f"Written by `python -m benchmarks.learning_from_outcomes --report {files} "
+        "--figure docs/research/images/learning-from-outcomes.png` from runs of "
+        f"`python -m benchmarks.learning_from_outcomes DATA_FOLDER` at commit "
+        f"{commits} ({dates}).",
+        "",
+        "## Protocol",
+        "",
+        "- A pool is 112 fully observed dense Open LLM Leaderboard models that the "
+        "embedder never saw: the two held-out pools of each seed of "
+        "`research/score_estimation.py`, whose embedder (4 epochs, every other "
+        "model's train-query evaluations) is the one used here.",
+        f"- Each pool model starts from {START} random train-query evaluations; the "
+        "router is `LocusRouter(FrozenEstimator(embedder))` with the defaults "
+        "(refinement on, no query heads at 112 models).",
+        "- Train queries arrive at random, with replacement, in batches of 500. The "
+        "router routes each (exploring when its policy does); the outcome of the "
+        "chosen model, and of no other, is learnt with `partial_fit`. A query "
+        "seen before by that model adds an outcome equal to the first (the data "
+        "hold one answer per model and query).",
+        "- After each checkpoint the router's best guesses are measured on the 269 "
+        "test queries: routing accuracy (mean score of each query's likeliest "
+        "model) and correctness (accuracy of P(correct) > 0.5).",
+        "- `none` never learns; `greedy` learns from its best guesses' outcomes; "
+        "`thompson` and `ucb` route by the router's `exploration` at the "
+        "`exploration_strength` named; `full` learns every model's outcome on "
+        "every query routed (112 outcomes per query: an upper bound of what "
+        "outcomes can teach).",
+        f"- The reference: the same router fitted on {REFERENCE} random train-query "
+        "evaluations of each model.",
+        "",
+        f"Cells: mean ± sd over runs ({main_runs} runs: two pools of each of seeds "
+        f"{', '.join(map(str, seeds))}; settings with fewer runs ran on fewer "
+        "seeds). Columns: queries routed, each bringing one outcome (112 for "
+        "`full`).",
+        "",
+        "## Routing accuracy",
+        "",
+        *_markdown(_cells(figures["routing"]).loc[labels], runs),
+        "",
+        f"Onboarded from {REFERENCE} random evaluations per model: "
+        f"{ref.loc['mean', 'routing']:.3f} ± {ref.loc['std', 'routing']:.3f}.",
+        "",
+        "![routing accuracy against queries routed](images/learning-from-outcomes.png)",
+        "",
+        "## Correctness",
+        "",
+        *_markdown(_cells(figures["correctness"]).loc[labels], runs),
+        "",
+        f"Onboarded from {REFERENCE} random evaluations per model: "
+        f"{ref.loc['mean', 'correctness']:.3f} ± "
+        f"{ref.loc['std', 'correctness']:.3f}.",
+        "",
+        "## Against the goal",
+        "",
     ]
+    if best_explorer is not None:
+        explorer = final.loc[best_explorer]
+        greedy = final.loc["greedy"] if "greedy" in final.index else None
+        reached = explorer["mean"] >= ref.loc["mean", "routing"]
+        lines += [
+            f"Goal: with exploration, routing after {last:,} outcomes reaches that "
+            f"of models onboarded from {REFERENCE} random evaluations each. The "
+            f"better exploration, {best_explorer}, routes "
+            f"{explorer['mean']:.3f} ± {explorer['std']:.3f} against "
+            f"{ref.loc['mean', 'routing']:.3f} ± {ref.loc['std', 'routing']:.3f}: "
+            + ("**met**" if reached else "**not met**")
+            + (
+                f"; greedy learning routes {greedy['mean']:.3f} ± {greedy['std']:.3f}."
+                if greedy is not None
+                else "."
+            ),
+        ]
     if figure is not None:
         import matplotlib
 
@@ -187,11 +289,18 @@ def report(paths, figure=None):
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label in wide.index:
+        table = figures["routing"]
+        for label in main:
             cells = table.loc[label]
             x = np.maximum(cells.index.to_numpy(), 100)
             ax.errorbar(x, cells["mean"], yerr=cells["std"], label=label, capsize=2)
-        ax.axhline(ref.mean(), color="k", ls="--", lw=1, label="onboarded from 256")
+        ax.axhline(
+            ref.loc["mean", "routing"],
+            color="k",
+            ls="--",
+            lw=1,
+            label=f"onboarded from {REFERENCE}",
+        )
         ax.set_xscale("log")
         ax.set_xlabel("queries routed (0 drawn at 100)")
         ax.set_ylabel("routing accuracy, test queries")
