@@ -50,6 +50,25 @@ def write_atomically(path, write):
         if path.exists():
             shutil.copymode(path, temporary)
         os.replace(temporary, path)
+        _sync_folder(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
     return result
+
+
+def _sync_folder(folder):
+    """Flush a folder's entries to disk, so that a rename in it survives a crash.
+
+    Where a folder cannot be opened for that (Windows), the rename stands as
+    the file system keeps it.
+    """
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

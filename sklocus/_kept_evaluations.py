@@ -49,7 +49,11 @@ class KeptEvaluations(NamedTuple):
         return found.astype(np.int64)
 
     def ragged(self, models):
-        """Return the evaluation sets of ``models`` (indices), scores averaged."""
+        """Return the evaluation sets of ``models`` (indices), scores averaged.
+
+        Returns ``(ragged, used)``: the sets over the queries they hold only,
+        and the index in ``queries`` of each of those queries.
+        """
         models = np.asarray(models, dtype=np.int64)
         sizes = self.sizes[models]
         offsets = np.zeros(len(models) + 1, dtype=np.int64)
@@ -57,12 +61,14 @@ class KeptEvaluations(NamedTuple):
         take = np.arange(offsets[-1]) + np.repeat(
             self.offsets[models] - offsets[:-1], sizes
         )
-        return RaggedEvaluations(
-            queries=list(self.queries),
-            query_codes=self.codes[take],
+        used, codes = np.unique(self.codes[take], return_inverse=True)
+        ragged = RaggedEvaluations(
+            queries=self.queries[used].tolist(),
+            query_codes=codes.astype(np.int64),
             scores=self.sums[take] / self.counts[take],
             offsets=offsets,
         )
+        return ragged, used
 
 
 def _object_array(values):
@@ -218,7 +224,12 @@ def inconsistency(kept, n_models):
         )
     if len(codes) and (codes.min() < 0 or codes.max() >= len(queries)):
         return "evaluation_codes_ point outside evaluation_queries_"
-    if (counts < 1).any() or (sums < 0).any() or (sums > counts).any():
+    if (
+        (counts < 1).any()
+        or not np.isfinite(sums).all()
+        or (sums < 0).any()
+        or (sums > counts).any()
+    ):
         return "evaluation_sums_ are not sums of evaluation_counts_ scores in [0, 1]"
     keys = kept.owners() * max(len(queries), 1) + codes
     if len(np.unique(keys)) != len(keys):

@@ -594,6 +594,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             )
         self.embedder_ = clone(embedder).fit(evaluation_sets, None)
         self.embeddings_ = self._embed(evaluation_sets)
+        self._exploration_cache = None
+        self._exploration_rng = check_random_state(self.random_state)
         self._set_kept(keep(evaluation_sets))
         self.evaluation_groups_ = None
         self.classes_ = names
@@ -657,6 +659,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
     # -- the evaluations kept ---------------------------------------------------
 
     def _kept(self):
+        if not hasattr(self, _KEPT[0]):
+            raise ValueError(
+                "this router was fitted by a sklocus that kept no evaluations "
+                "(before model file format 6), so it cannot learn from outcomes or "
+                "change its pool: fit it again"
+            )
         return KeptEvaluations(*(getattr(self, name) for name in _KEPT))
 
     def _set_kept(self, kept):
@@ -984,12 +992,20 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         stds = logit_stds(predictor, z, self._exploration_factors(), projected)
         moves = self.exploration_strength * stds.cpu().numpy().astype(np.float64)
         if self.exploration == "thompson":
-            rng = getattr(self, "_exploration_rng", None)
-            if rng is None:
-                rng = self._exploration_rng = check_random_state(self.random_state)
-            moves = moves * rng.standard_normal(moves.shape)
+            moves = moves * self._draws().standard_normal(moves.shape)
         found = logits(probabilities) + moves
         return (1.0 / (1.0 + np.exp(-found))).astype(np.float32)
+
+    def _draws(self):
+        """Return the random state of ``"thompson"``'s draws, made on first use.
+
+        Made at ``fit`` (and once for a loaded router); copies of the router
+        share it, so a served router's snapshots draw on, not afresh.
+        """
+        rng = getattr(self, "_exploration_rng", None)
+        if rng is None:
+            rng = self._exploration_rng = check_random_state(self.random_state)
+        return rng
 
     def _exploration_cached(self):
         """Whether the pool's exploration factors are computed and current."""
@@ -1006,7 +1022,7 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         if not self._exploration_cached():
             models = np.arange(len(self.classes_))
             factors = self._posterior_factors(
-                self.embeddings_, self._kept().ragged(models)
+                self.embeddings_, self._kept().ragged(models)[0]
             )
             cache = self._exploration_cache = (self.embeddings_, factors)
         return cache[1]
@@ -1454,7 +1470,12 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
             self._groups_of(query_groups, ragged.queries, "add_models")
         kept = append_models(self._kept(), ragged)
         groups = self._extended_groups(kept, query_groups)
-        rows = self._model_rows(ragged, query_groups)
+        group_of = None
+        if query_groups is not None:
+            # The groups kept: a query the router knows keeps its own.
+            added = np.arange(len(self.classes_), len(self.classes_) + len(names))
+            group_of = self._group_map_of(groups, *kept.ragged(added))
+        rows = self._model_rows(ragged, group_of)
         # Everything is computed before anything changes: a failure leaves the
         # router as it was.
         n_models = len(self.classes_)
@@ -1546,8 +1567,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         kept = add_outcomes(self._kept(), models, queries, scores)
         groups = self._extended_groups(kept, group_of, check=check_groups)
         touched = np.unique(models)
-        ragged = kept.ragged(touched)
-        rows = self._model_rows(ragged, self._group_map_of(kept, groups, ragged))
+        ragged, used = kept.ragged(touched)
+        rows = self._model_rows(ragged, self._group_map_of(groups, ragged, used))
         self._set_rows(touched, rows)
         self._set_kept(kept)
         self.evaluation_groups_ = groups
@@ -1578,14 +1599,17 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
                         )
         return np.concatenate([old, new])
 
-    def _group_map_of(self, kept, groups, ragged):
-        """Map each query of ``ragged`` that has a group to it (None: no groups)."""
+    def _group_map_of(self, groups, ragged, used):
+        """Map each query of ``ragged`` that has a group to it (None: no groups).
+
+        ``used`` are the queries' indices in ``groups`` (``evaluation_groups_``
+        of the kept evaluations).
+        """
         if groups is None:
             return None
-        used = np.unique(ragged.query_codes)
         return {
-            kept.queries[i]: self.groups_[g]
-            for i, g in zip(used.tolist(), groups[used].tolist())
+            query: self.groups_[g]
+            for query, g in zip(ragged.queries, groups[used].tolist())
             if g >= 0
         }
 

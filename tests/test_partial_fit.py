@@ -275,7 +275,11 @@ def test_long_query_texts_are_kept_in_a_tensor_not_the_header(data, tmp_path):
     encoder = PrecomputedEncoder(texts, vectors)
     embedder = LocusEmbedder(query_encoder=encoder, **SMALL)
     Y = _table(data, data.query_ids)
-    router = LocusRouter(embedder, refine_steps=0, query_heads=False).fit(texts, Y)
+    # Numpy's strings (np.str_) are texts too.
+    router = LocusRouter(embedder, refine_steps=0, query_heads=False).fit(
+        np.array(texts), Y
+    )
+    assert type(router.evaluation_queries_[0]) is np.str_
     path = tmp_path / "router.sklocus"
     sklocus.save(router, path)
     with safe_open(path, "numpy") as file:

@@ -349,3 +349,49 @@ def test_a_fold_that_cannot_be_saved_is_not_served_and_is_tried_again(pool, tmp_
         router.evaluation_counts_.sum() + 8
     )
     service.close()
+
+
+def test_outcomes_of_a_model_removed_before_the_fold_are_passed_over(pool, tmp_path):
+    data, router = pool
+    service = RouterService(router, feedback_journal=tmp_path / "j.sqlite")
+    gone, kept = data.model_names[0], data.model_names[1]
+    outcomes = [
+        {"query": q, "model": name, "score": 1.0}
+        for q in data.query_ids[:5]
+        for name in (gone, kept)
+    ]
+    service.feedback(outcomes)
+    service.remove_model(gone)
+    assert service.fold() == 10 and service.pending_outcomes() == 0
+    counts = {m["name"]: m["n_outcomes"] for m in service.models()}
+    assert gone not in counts
+    assert counts[kept] == len(data.evaluation_sets[1]) + 5
+    service.close()
+
+
+def test_a_rename_lost_by_a_machine_crash_is_settled(pool, router_file, tmp_path):
+    """The journal marked a fold done, but the disk kept the file before it."""
+    data, _ = pool
+    journal = tmp_path / "feedback.sqlite"
+    service = RouterService(
+        sklocus.load(router_file),
+        path=router_file,
+        write_back=True,
+        feedback_journal=journal,
+    )
+    service.feedback(_outcomes(data, 6))
+    service.fold()
+    before = router_file.read_bytes()
+    service.feedback(_outcomes(data, 9, seed=1))
+    service.fold()
+    total = service.router.evaluation_counts_.sum()
+    service.close()
+    router_file.write_bytes(before)  # the last rename never reached the disk
+    restarted = RouterService(
+        sklocus.load(router_file),
+        path=router_file,
+        write_back=True,
+        feedback_journal=journal,
+    )
+    assert restarted.router.evaluation_counts_.sum() == total  # the 9 learnt again
+    restarted.close()

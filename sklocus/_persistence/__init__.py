@@ -259,6 +259,7 @@ def _read_header(path, metadata):
         )
     described = header["estimator"]
     name = described.get("class") if isinstance(described, dict) else None
+    name = name if isinstance(name, str) else None  # the reader names the fault
     oldest = _OLDEST_FORMAT.get(name, _OLDEST_OTHERWISE)
     if version < oldest:
         what = f" for a {name}" if name in _OLDEST_FORMAT else ""

@@ -147,10 +147,10 @@ class Writer:
         if (
             array.dtype == object
             and array.ndim == 1
-            and all(type(v) is str for v in array)
+            and all(isinstance(v, str) for v in array)
             and sum(map(len, array)) > _TEXTS_IN_HEADER
         ):
-            encoded = [text.encode() for text in array]
+            encoded = [str(text).encode() for text in array]
             ends = np.cumsum([len(b) for b in encoded], dtype=np.int64)
             utf8 = np.frombuffer(b"".join(encoded), dtype=np.uint8)
             return {

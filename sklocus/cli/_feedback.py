@@ -28,7 +28,8 @@ def _outcome_table(arguments, router):
     check_names(frame[model], model, path)
     if not len(frame):
         raise UserError(f"{path}: no outcomes (the table has no rows)")
-    index = {name: j for j, name in enumerate(router.classes_.tolist())}
+    # Names are read as text, as every command reads them.
+    index = {str(name): j for j, name in enumerate(router.classes_.tolist())}
     for row, name in enumerate(frame[model]):
         if name not in index:
             raise UserError(
@@ -55,7 +56,10 @@ def _outcome_table(arguments, router):
                 "groups; leave it out"
             )
         labelled = frame.dropna(subset=[group])
-        group_of = dict(zip(labelled[query], labelled[group].astype(str)))
+        # Read as text, and matched to the router's groups by their text.
+        label = {str(g): g for g in router.groups_.tolist()}
+        texts = labelled[group].astype(str)
+        group_of = dict(zip(labelled[query], [label.get(t, t) for t in texts]))
     models = np.array([index[name] for name in frame[model]], dtype=np.int64)
     return models, frame[query].tolist(), values, group_of
 

@@ -671,7 +671,8 @@ def _add_feedback_command(commands):
         "--group-column",
         metavar="COL",
         help="each query's group, for a router fitted with query groups: a query "
-        "new to the router takes it, one it knows keeps its own",
+        "new to the router takes it; another group for a query it knows is an "
+        "error",
     )
     feedback.set_defaults(run="_feedback:run_feedback")
 

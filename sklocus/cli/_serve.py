@@ -15,7 +15,7 @@ from sklocus.cli._common import (
 from sklocus.cli._models import build_router, checked_embedder, teach_queries
 from sklocus.cli._parsers import TOKEN_VARIABLE
 from sklocus.cli._tables import per_query, read_evaluations
-from sklocus.serve._journal import JournalError
+from sklocus.serve._journal import FeedbackJournal, JournalError
 from sklocus.serve._service import router_thread
 
 
@@ -52,6 +52,15 @@ def _router_from(arguments):
                 f"argument {flag}: goes with --cost-column, the costs it routes by"
             )
     embedder = checked_embedder(loaded, path)
+    if arguments.feedback_journal is not None:
+        # A router built afresh holds none of the journal's outcomes: every
+        # one is learnt again, whatever file they were once folded into.
+        try:
+            journal = FeedbackJournal(arguments.feedback_journal)
+            journal.forget_folds()
+            journal.close()
+        except JournalError as error:
+            raise UserError(str(error)) from None
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
     # Built on the thread that will route with it: torch keeps a pool of OpenMP

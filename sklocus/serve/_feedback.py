@@ -146,14 +146,13 @@ class LearningFromOutcomes:
             raise ValueError(f"fold_interval={fold_interval!r} must be a number >= 0")
         self._journal = None
         self._folded = 0  # the id through which the router holds the journal's
-        self._folder = Folder(self.fold, fold_interval)
+        self._folder = Folder(self.fold_all, fold_interval)
         if path is not None:
             self._journal = FeedbackJournal(path)
             if self.path is not None and self.path.is_file():
                 self._folded = self._journal.settle(self.path)
             # Learn what the journal holds and the router does not yet.
-            while self.fold():
-                pass
+            self.fold_all()
 
     def feedback(self, outcomes):
         """Keep outcomes of served queries, to be learnt by the models they name.
@@ -223,16 +222,17 @@ class LearningFromOutcomes:
     def fold(self, max_outcomes=100_000):
         """Learn the journalled outcomes the router does not hold yet.
 
-        The models they name are embedded again in one
-        :meth:`~sklocus.LocusRouter.partial_fit` (on a thread of its own, while
-        requests read the router as it was), then the result is published (and
-        saved, with ``write_back``). Outcomes of models no longer served are
-        passed over.
+        Up to ``max_outcomes`` of them, oldest first: the models they name are
+        embedded again in one :meth:`~sklocus.LocusRouter.partial_fit` (on a
+        thread of its own, while requests read the router as it was), then the
+        result is published (and saved, with ``write_back``). Outcomes of models
+        no longer served are passed over. When learning or saving fails, nothing
+        is published and the same outcomes are tried again at the next fold.
 
         Returns
         -------
         int
-            How many outcomes were folded in (0 when none waited).
+            How many journalled outcomes this fold read (0 when none waited).
         """
         if self._journal is None:
             return 0
@@ -241,40 +241,35 @@ class LearningFromOutcomes:
             if not rows:
                 return 0
             through = rows[-1][0]
-            column = {name: j for j, name in enumerate(self._router.classes_)}
-            rows = [row for row in rows if row[2] in column]
-            names = [row[2] for row in rows]
-            queries = [row[1] for row in rows]
-            scores = np.array([row[3] for row in rows], dtype=np.float64)
-            group_of = {row[1]: row[4] for row in rows if row[4] is not None}
 
             def learn(router):
-                # Models are found by name in the copy: one removed meanwhile
-                # leaves the others where they were only in the snapshot.
+                # Read by name in the copy: a model removed since the journal
+                # was read is passed over, and the others are found where the
+                # copy has them.
                 index = {name: j for j, name in enumerate(router.classes_.tolist())}
-                models = np.array([index[name] for name in names], dtype=np.int64)
+                kept = [row for row in rows if row[2] in index]
+                group_of = None
+                if router.group_offsets_ is not None:
+                    group_of = {row[1]: row[4] for row in kept if row[4] is not None}
                 router._learn(
-                    models,
-                    queries,
-                    scores,
-                    group_of if router.group_offsets_ is not None else None,
+                    np.array([index[row[2]] for row in kept], dtype=np.int64),
+                    [row[1] for row in kept],
+                    np.array([row[3] for row in kept], dtype=np.float64),
+                    group_of,
                     check_groups=False,
                 )
 
-            try:
-                self._change(learn, folded=through)
-            except RequestError:  # not saved, so not served: tried again later
-                raise
-            except (ValueError, TypeError, KeyError) as error:
-                # Kept in the journal, and tried again at the next start.
-                _log.error(
-                    "could not learn the outcomes through #%d, passed over: %s",
-                    through,
-                    error,
-                )
-                with self._changing:
-                    self._folded = through
+            self._change(learn, folded=through)
             return len(rows)
+
+    def fold_all(self, max_outcomes=100_000):
+        """Fold until no journalled outcome waits; return how many were read."""
+        total = 0
+        while True:
+            read = self.fold(max_outcomes)
+            total += read
+            if read < max_outcomes:
+                return total
 
     def start_folding(self):
         """Start the thread that folds outcomes in as they arrive."""

@@ -149,9 +149,15 @@ class FeedbackJournal:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 folded, folded_sha = self._mark("folded")
+                previous, previous_sha = self._mark("previous")
                 pending, pending_sha = self._mark("pending")
-                if pending and pending_sha == digest:
+                if pending_sha == digest:  # replaced, then the process died
                     folded, folded_sha = pending, digest
+                    self._set_mark("folded", folded, digest)
+                elif folded and folded_sha != digest and previous_sha == digest:
+                    # The machine died before the rename reached the disk: the
+                    # file is the one before, and so is what it holds.
+                    folded, folded_sha = previous, digest
                     self._set_mark("folded", folded, digest)
                 self._db.execute("DELETE FROM marks WHERE name = 'pending'")
                 self._db.execute("COMMIT")
@@ -178,6 +184,22 @@ class FeedbackJournal:
         """Record that the model file now holds the outcomes up to ``through``."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            self._set_mark("folded", through, sha256)
-            self._db.execute("DELETE FROM marks WHERE name = 'pending'")
-            self._db.execute("COMMIT")
+            try:
+                folded, folded_sha = self._mark("folded")
+                if folded_sha is not None and folded_sha != sha256:
+                    self._set_mark("previous", folded, folded_sha)
+                self._set_mark("folded", through, sha256)
+                self._db.execute("DELETE FROM marks WHERE name = 'pending'")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def forget_folds(self):
+        """Forget which outcomes any model file holds: all are learnt again.
+
+        For a router built afresh (``sklocus serve EMBEDDER EVALS``), which holds
+        none of the journal's outcomes.
+        """
+        with self._lock:
+            self._db.execute("DELETE FROM marks")

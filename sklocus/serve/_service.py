@@ -31,6 +31,7 @@ import hashlib
 import logging
 import math
 import os
+import sqlite3
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -227,6 +228,8 @@ class RouterService(LearningFromOutcomes):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{option}={value!r} must be a positive integer")
         self._router = copy.copy(router)
+        # Made once here, so every copy of the served router draws on from it.
+        self._router._draws()
         self.path = None if path is None else Path(path)
         self.write_back = bool(write_back)
         self.max_batch = max_batch
@@ -569,18 +572,18 @@ class RouterService(LearningFromOutcomes):
             from sklocus._files import write_atomically
             from sklocus._persistence import serialised
 
-            content = serialised(changed)
-            digest = hashlib.sha256(content).hexdigest()
             try:
+                content = serialised(changed)
+                digest = hashlib.sha256(content).hexdigest()
                 if self._journal is not None:
                     self._journal.begin_fold(folded, digest)
                 # A new file renamed over the old one.
                 write_atomically(self.path, lambda path: path.write_bytes(content))
                 if self._journal is not None:
                     self._journal.end_fold(folded, digest)
-            except OSError as error:
+            except (OSError, ValueError, TypeError, sqlite3.Error) as error:
                 _log.error("could not save the router to %s: %s", self.path, error)
-                reason = error.strerror or type(error).__name__
+                reason = getattr(error, "strerror", None) or str(error)
                 raise RequestError(
                     (),
                     f"the change could not be saved to the model file ({reason}), "
