@@ -171,7 +171,7 @@ def _markdown(wide, runs):
 def report(paths, figure=None):
     """The page docs/research/learning-from-outcomes.md, and its figure if asked."""
     rows = pd.concat(
-        [pd.read_json(p, lines=True, convert_dates=False) for p in paths],
+        [pd.read_json(p, lines=True, dtype=False) for p in paths],
         ignore_index=True,
     )
     exploring = rows["policy"].isin(["thompson", "ucb"])
