@@ -6,23 +6,13 @@ import pytest
 import torch
 from sklearn.decomposition import PCA
 from sklearn.frozen import FrozenEstimator
+from tiny import SMALL_NETWORK
 
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.nn.uncertainty import logit_stds, logits_and_gradients, posterior_factors
 
-SMALL = dict(
-    embedding_dim=16,
-    n_latents=4,
-    n_layers=1,
-    n_heads=2,
-    predictor_hidden=16,
-    batch_size=4,
-    epoch_size=64,
-    max_epochs=3,
-    validation_fraction=None,
-    random_state=0,
-)
+SMALL = SMALL_NETWORK
 
 
 @pytest.fixture(scope="module")

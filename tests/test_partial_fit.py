@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from safetensors import safe_open
 from sklearn.frozen import FrozenEstimator
+from tiny import SMALL_NETWORK
 
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
@@ -15,18 +16,7 @@ from sklocus._persistence import ModelFileError
 from sklocus.datasets import make_evaluations
 from sklocus.encoders import PrecomputedEncoder
 
-SMALL = dict(
-    embedding_dim=16,
-    n_latents=4,
-    n_layers=1,
-    n_heads=2,
-    predictor_hidden=16,
-    batch_size=4,
-    epoch_size=64,
-    max_epochs=3,
-    validation_fraction=None,
-    random_state=0,
-)
+SMALL = SMALL_NETWORK
 
 
 @pytest.fixture(scope="module")

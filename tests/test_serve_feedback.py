@@ -59,6 +59,13 @@ def _outcomes(data, n, seed=0):
     ]
 
 
+def _served(path, journal):
+    """A service of the router in ``path`` that writes its changes back there."""
+    return RouterService(
+        sklocus.load(path), path=path, write_back=True, feedback_journal=journal
+    )
+
+
 def _learnt(router, outcomes):
     """``router`` after partial_fit of ``outcomes``, one table per outcome."""
     for outcome in outcomes:
@@ -126,23 +133,13 @@ def test_a_restart_learns_what_the_model_file_does_not_hold(
 def test_write_back_folds_into_the_file_once(pool, router_file, tmp_path):
     data, _ = pool
     journal = tmp_path / "feedback.sqlite"
-    service = RouterService(
-        sklocus.load(router_file),
-        path=router_file,
-        write_back=True,
-        feedback_journal=journal,
-    )
+    service = _served(router_file, journal)
     service.feedback(_outcomes(data, 25))
     service.fold()
     total = service.router.evaluation_counts_.sum()
     service.close()
     assert sklocus.load(router_file).evaluation_counts_.sum() == total
-    restarted = RouterService(
-        sklocus.load(router_file),
-        path=router_file,
-        write_back=True,
-        feedback_journal=journal,
-    )
+    restarted = _served(router_file, journal)
     assert restarted.router.evaluation_counts_.sum() == total  # not learnt twice
     restarted.close()
     other = tmp_path / "other.sklocus"
@@ -156,12 +153,7 @@ def test_a_crash_between_the_new_file_and_its_mark_is_settled(
 ):
     data, _ = pool
     journal = tmp_path / "feedback.sqlite"
-    service = RouterService(
-        sklocus.load(router_file),
-        path=router_file,
-        write_back=True,
-        feedback_journal=journal,
-    )
+    service = _served(router_file, journal)
     service.feedback(_outcomes(data, 12))
 
     def crash(*args):
@@ -172,12 +164,7 @@ def test_a_crash_between_the_new_file_and_its_mark_is_settled(
         service.fold()
     monkeypatch.undo()
     in_file = sklocus.load(router_file).evaluation_counts_.sum()
-    restarted = RouterService(
-        sklocus.load(router_file),
-        path=router_file,
-        write_back=True,
-        feedback_journal=journal,
-    )
+    restarted = _served(router_file, journal)
     assert restarted.router.evaluation_counts_.sum() == in_file  # none twice
     assert restarted.pending_outcomes() == 0
     restarted.close()
@@ -373,12 +360,7 @@ def test_a_rename_lost_by_a_machine_crash_is_settled(pool, router_file, tmp_path
     """The journal marked a fold done, but the disk kept the file before it."""
     data, _ = pool
     journal = tmp_path / "feedback.sqlite"
-    service = RouterService(
-        sklocus.load(router_file),
-        path=router_file,
-        write_back=True,
-        feedback_journal=journal,
-    )
+    service = _served(router_file, journal)
     service.feedback(_outcomes(data, 6))
     service.fold()
     before = router_file.read_bytes()
@@ -387,11 +369,6 @@ def test_a_rename_lost_by_a_machine_crash_is_settled(pool, router_file, tmp_path
     total = service.router.evaluation_counts_.sum()
     service.close()
     router_file.write_bytes(before)  # the last rename never reached the disk
-    restarted = RouterService(
-        sklocus.load(router_file),
-        path=router_file,
-        write_back=True,
-        feedback_journal=journal,
-    )
+    restarted = _served(router_file, journal)
     assert restarted.router.evaluation_counts_.sum() == total  # the 9 learnt again
     restarted.close()

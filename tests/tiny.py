@@ -16,6 +16,20 @@ TINY_NETWORK = dict(
     epoch_size=1,
     random_state=0,
 )
+# A LocusEmbedder trained enough (a few seconds) that its models differ: what
+# tests of refinement, learning and uncertainty need.
+SMALL_NETWORK = dict(
+    embedding_dim=16,
+    n_latents=4,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=16,
+    batch_size=4,
+    epoch_size=64,
+    max_epochs=3,
+    validation_fraction=None,
+    random_state=0,
+)
 # make_evaluations(**TINY_POOL): 12 models, 120 queries with 8-d vectors.
 TINY_POOL = dict(
     n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8, random_state=0
