@@ -397,6 +397,23 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         and given to the heads of models added later, whichever models remain.
     probability_calibrator_ : ProbabilityCalibrator or None
         With ``calibration_method``: the map applied to every prediction.
+    evaluation_queries_ : ndarray of shape (n_queries,), dtype object
+        The distinct queries of the evaluations the router keeps, each model's
+        embedding being computed from its own (:meth:`evaluations` lists them;
+        :meth:`partial_fit` adds to them).
+    evaluation_codes_ : ndarray of shape (n_evaluations,), int64
+        The query of each kept evaluation, an index into
+        ``evaluation_queries_``; model ``j``'s are
+        ``evaluation_offsets_[j]:evaluation_offsets_[j + 1]``.
+    evaluation_sums_ : ndarray of shape (n_evaluations,), float64
+        The sum of the outcomes of each evaluation's model and query.
+    evaluation_counts_ : ndarray of shape (n_evaluations,), int64
+        How many outcomes that is; the evaluation's score is the mean.
+    evaluation_offsets_ : ndarray of shape (n_models + 1,), int64
+        Where each model's evaluations start.
+    evaluation_groups_ : ndarray of shape (n_queries,), int64, or None
+        With ``query_groups``: each kept query's index in ``groups_``, -1 for
+        none.
 
     Examples
     --------
