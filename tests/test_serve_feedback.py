@@ -372,3 +372,43 @@ def test_a_rename_lost_by_a_machine_crash_is_settled(pool, router_file, tmp_path
     restarted = _served(router_file, journal)
     assert restarted.router.evaluation_counts_.sum() == total  # the 9 learnt again
     restarted.close()
+
+
+@pytest.mark.slow
+def test_a_router_built_afresh_at_each_start_learns_the_journal_again(pool, tmp_path):
+    """sklocus serve EMBEDDER EVALS --router-file F --write-back with a journal:
+    each start rebuilds F, which then holds none of the outcomes, and learns
+    them all again (the journal's marks of the old F are forgotten)."""
+    data, router = pool
+    rows = [
+        (name, query, score)
+        for name, evaluations in zip(data.model_names, data.evaluation_sets)
+        for query, score in evaluations.items()
+    ]
+    pd.DataFrame(rows, columns=["model", "query", "score"]).to_csv(
+        tmp_path / "evals.csv", index=False
+    )
+    np.save(tmp_path / "vectors.npy", data.query_vectors)
+    (tmp_path / "ids.txt").write_text("\n".join(data.query_ids))
+    sklocus.save(router.embedder_.estimator, tmp_path / "embedder.sklocus")
+    argv = ("embedder.sklocus", "evals.csv", "--query-vectors", "vectors.npy")
+    argv += ("--query-ids", "ids.txt", "--router-file", "built.sklocus")
+    argv += ("--write-back", "--feedback-journal", "j.sqlite", "--fold-interval", "0")
+    outcomes = _outcomes(data, 30)
+    for start in range(2):
+        served = Server(*argv, cwd=tmp_path)
+        try:
+            if start == 0:
+                answer = httpx.post(
+                    f"{served.url}/feedback", json={"outcomes": outcomes}
+                )
+                assert answer.status_code == 200, answer.text
+                deadline = time.monotonic() + 60
+                while httpx.get(f"{served.url}/health").json()["pending_outcomes"]:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            listed = httpx.get(f"{served.url}/models").json()["models"]
+        finally:
+            served.stop()
+        initial = sum(len(s) for s in data.evaluation_sets)
+        assert sum(m["n_outcomes"] for m in listed) == initial + 30, start
