@@ -12,8 +12,6 @@ from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.nn.uncertainty import logit_stds, logits_and_gradients, posterior_factors
 
-SMALL = SMALL_NETWORK
-
 
 @pytest.fixture(scope="module")
 def data():
@@ -24,7 +22,9 @@ def data():
 
 @pytest.fixture(scope="module")
 def embedder(data):
-    return LocusEmbedder(query_encoder=data.encoder, **SMALL).fit(data.evaluation_sets)
+    return LocusEmbedder(query_encoder=data.encoder, **SMALL_NETWORK).fit(
+        data.evaluation_sets
+    )
 
 
 def _table(data, queries):

@@ -16,8 +16,6 @@ from sklocus._persistence import ModelFileError
 from sklocus.datasets import make_evaluations
 from sklocus.encoders import PrecomputedEncoder
 
-SMALL = SMALL_NETWORK
-
 
 @pytest.fixture(scope="module")
 def data():
@@ -28,7 +26,9 @@ def data():
 
 @pytest.fixture(scope="module")
 def embedder(data):
-    return LocusEmbedder(query_encoder=data.encoder, **SMALL).fit(data.evaluation_sets)
+    return LocusEmbedder(query_encoder=data.encoder, **SMALL_NETWORK).fit(
+        data.evaluation_sets
+    )
 
 
 def _table(data, queries, models=None):
@@ -263,7 +263,7 @@ def test_long_query_texts_are_kept_in_a_tensor_not_the_header(data, tmp_path):
     texts = [f"{q}: " + "a question that goes on " * 200 for q in data.query_ids]
     vectors = data.encoder.transform(data.query_ids)
     encoder = PrecomputedEncoder(texts, vectors)
-    embedder = LocusEmbedder(query_encoder=encoder, **SMALL)
+    embedder = LocusEmbedder(query_encoder=encoder, **SMALL_NETWORK)
     Y = _table(data, data.query_ids)
     # Numpy's strings (np.str_) are texts too.
     router = LocusRouter(embedder, refine_steps=0, query_heads=False).fit(

@@ -412,3 +412,15 @@ def test_a_router_built_afresh_at_each_start_learns_the_journal_again(pool, tmp_
             served.stop()
         initial = sum(len(s) for s in data.evaluation_sets)
         assert sum(m["n_outcomes"] for m in listed) == initial + 30, start
+
+
+def test_the_service_called_directly_checks_scores_as_the_library_does(pool, tmp_path):
+    data, router = pool
+    service = RouterService(router, feedback_journal=tmp_path / "j.sqlite")
+    good = {"query": data.query_ids[0], "model": data.model_names[0], "score": 1}
+    for score in ("1", 1.5, float("nan"), None):
+        with pytest.raises(RequestError, match="is not a number in") as refused:
+            service.feedback([good, {**good, "score": score}])
+        assert refused.value.field == ("outcomes", 1, "score")
+    assert service.feedback([good, {**good, "score": True}])["accepted"] == 2
+    service.close()

@@ -12,6 +12,7 @@ from sklocus._router import LocusRouter
 from sklocus._validation import shown
 from sklocus.cli._common import UserError, one_line, say
 from sklocus.cli._tables import check_names, read_table, require_columns
+from sklocus.evaluations import _first_bad_score
 
 
 def _outcome_table(arguments, router):
@@ -40,14 +41,14 @@ def _outcome_table(arguments, router):
     for row, value in enumerate(frame[query]):
         if pd.isna(value):
             raise UserError(f"{path}: row {row} has no query")
-    values = pd.to_numeric(frame[score], errors="coerce").to_numpy(dtype=np.float64)
-    bad = np.flatnonzero(~((values >= 0) & (values <= 1)))
-    if len(bad):
-        row = int(bad[0])
+    bad = _first_bad_score(frame[score].to_numpy())
+    if bad is not None:
+        row = bad[0]
         raise UserError(
             f"{path}: row {row} has score {shown(frame[score].iloc[row])} in column "
             f"{score!r}; an outcome's score is a number in [0, 1]"
         )
+    values = frame[score].to_numpy(dtype=np.float64)
     group_of = None
     if group is not None:
         if router.group_offsets_ is None:

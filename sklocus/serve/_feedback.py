@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from sklocus.evaluations import _first_bad_score
 from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
 from sklocus.serve._request import RequestError, query_encoder
@@ -56,12 +57,7 @@ def check_outcomes(router, outcomes, request_error):
             raise request_error(
                 (*where, "model"), f"{shorten(model)} is not a model of the router"
             )
-        if (
-            isinstance(score, bool)
-            or not isinstance(score, int | float)
-            or not math.isfinite(score)
-            or not 0 <= score <= 1
-        ):
+        if _first_bad_score(np.array([score], dtype=object)) is not None:
             raise request_error(
                 (*where, "score"), f"score {shorten(score)} is not a number in [0, 1]"
             )
