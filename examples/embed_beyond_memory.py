@@ -67,9 +67,9 @@ print(pd.read_parquet(folder / "emb.parquet").iloc[:3, :5])
 #
 # :func:`sklocus.dask.embed_dask` maps ``transform`` over the partitions of a
 # ``dask.dataframe`` whose partitions hold whole models, with the embedder
-# scattered once to every worker. This cluster runs its workers as threads of
-# this process, which suits a script; on a real cluster they are processes on
-# other machines, and the vectors are the same.
+# scattered once and fetched by each worker that needs it. This cluster runs
+# its workers as threads of this process, which suits a script; on a real
+# cluster they are processes on other machines, and the vectors are the same.
 import dask.dataframe as dd  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 

@@ -5,8 +5,9 @@ does not import Dask. Each partition of a long table of evaluations (one row per
 model, query and score) that holds whole models is embedded by
 :meth:`LocusEmbedder.transform <sklocus.LocusEmbedder.transform>` on a worker,
 with exactly the checks of :func:`~sklocus.evaluations.from_long`. The fitted
-embedder travels once to each worker, not once per partition: on a distributed
-cluster it is scattered to every worker and the tasks name it by its key.
+embedder is serialised once, not once per partition: on a distributed cluster it
+is scattered and the tasks name it by its key, each worker fetching it from a
+peer when its first partition needs it.
 """
 
 from __future__ import annotations
@@ -167,10 +168,13 @@ def embed_dask(
 
     Each partition goes through :func:`~sklocus.evaluations.from_long` and
     ``embedder.transform`` on a worker. On a distributed cluster (``client``, or
-    the current client) the embedder is scattered to every worker once
-    (``client.scatter(embedder, broadcast=True)``) and each task refers to it by
-    its key, so it is not serialised again per partition; with Dask's local
-    schedulers it is one shared node of the graph. A set's vector does not
+    the current client) the embedder is scattered once (``client.scatter``) and
+    each task refers to it by its key, so it is not serialised again per
+    partition: a worker fetches it from a peer when its first partition needs
+    it. Dask's memory manager may drop a copy a worker no longer needs, to be
+    fetched again if more partitions come to it; it never broadcasts a copy to
+    workers that run none (``broadcast=True`` would be undone by that manager).
+    With Dask's local schedulers the embedder is one shared node of the graph. A set's vector does not
     depend on the other sets embedded with it, so the vectors are those of
     ``embedder.transform`` on all the models in one process, bit for bit.
 
@@ -230,7 +234,7 @@ def embed_dask(
     meta = _meta(frame, model, embedder.embedding_dim)
     client = _client(client)
     if client is not None:
-        shipped = client.scatter(embedder, broadcast=True, hash=False)
+        shipped = client.scatter(embedder, hash=False)
     else:
         shipped = dask.delayed(embedder, pure=True)
     columns = {"model": model, "query": query, "score": score}

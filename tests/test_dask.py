@@ -110,9 +110,9 @@ def client():
 
 def test_on_two_worker_processes_the_vectors_are_identical(trained, client):
     data, embedder, table, expected = trained
-    # Six partitions of four whole models each, sorted by model.
-    frame = dd.from_pandas(table.set_index("model"), npartitions=6, sort=True)
-    assert frame.npartitions == 6
+    # Twelve partitions of two whole models each, sorted by model.
+    frame = dd.from_pandas(table.set_index("model"), npartitions=12, sort=True)
+    assert frame.npartitions == 12
     embeddings = embed_dask(embedder, frame).compute()
     assert sorted(embeddings["model"]) == sorted(data.model_names)
     assert embeddings["n_evaluations"].dtype == np.int64
@@ -121,9 +121,11 @@ def test_on_two_worker_processes_the_vectors_are_identical(trained, client):
     np.testing.assert_array_equal(
         vectors_by_model(embeddings, data.model_names), expected
     )
-    # Each worker unpickled the embedder once, for its three or so partitions.
+    # Shipped in each task, the embedder would be unpickled once per partition.
+    # Named by its key, a worker fetches it for its first partition, and again
+    # only if Dask's memory manager dropped its copy between two of them.
     loads = client.run(lambda: CountingEmbedder.loads)
-    assert sorted(loads.values()) == [1, 1], loads
+    assert 1 <= sum(loads.values()) < frame.npartitions // 2, loads
 
 
 def test_refined_vectors_on_two_worker_processes_are_identical(trained, client):
