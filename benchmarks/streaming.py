@@ -236,7 +236,8 @@ def section(arguments, commit, date, on_disk, rows):
         "(`embed_parquet`, peak of the",
         "whole process, interpreter and torch included). The Dask path reads one",
         "file per partition (`dd.read_parquet`) and writes with `to_parquet`; its",
-        "peaks are each worker's `VmHWM`, the embedder scattered once and fetched by each.",
+        "peaks are each worker's `VmHWM`, the embedder scattered once and fetched",
+        "by each.",
     ]
     for path in dict.fromkeys(row[0] for row in rows):
         mine = [row for row in rows if row[0] == path]

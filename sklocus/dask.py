@@ -174,9 +174,10 @@ def embed_dask(
     it. Dask's memory manager may drop a copy a worker no longer needs, to be
     fetched again if more partitions come to it; it never broadcasts a copy to
     workers that run none (``broadcast=True`` would be undone by that manager).
-    With Dask's local schedulers the embedder is one shared node of the graph. A set's vector does not
-    depend on the other sets embedded with it, so the vectors are those of
-    ``embedder.transform`` on all the models in one process, bit for bit.
+    With Dask's local schedulers the embedder is one shared node of the graph.
+    A set's vector does not depend on the other sets embedded with it, so the
+    vectors are those of ``embedder.transform`` on all the models in one
+    process, bit for bit.
 
     Read more in the :ref:`User Guide <dask_cluster>`.
 
