@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA path in one run on a machine with an NVIDIA GPU: tests/test_cuda.py
 # (GPU results equal to the CPU's; a GPU-trained embedder and router served on a
-# machine with no GPU), the speed figures on the GPU, then the whole suite with the
-# GPU visible (device="auto" picks it). Logs and docs/performance-cuda.md's text go
-# to OUTDIR.
+# machine with no GPU), the speed figures on the GPU, then where the time goes
+# (benchmarks/gpu_profile.py). Logs, the profile and docs/performance-cuda.md's
+# text go to OUTDIR.
 #
 #     bash benchmarks/gpu_check.sh OUTDIR
 set -u
@@ -21,9 +21,9 @@ echo "tests/test_cuda.py exit $?"; tail -n 25 "$out/test_cuda.log"
 timeout 330 python3 benchmarks/speed.py --devices cuda --scale-device cuda \
     --skip-encoding --out "$out/performance-cuda.md" >"$out/speed.log" 2>&1
 echo "speed.py exit $?"; tail -n 5 "$out/speed.log"
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests sklocus \
-    >"$out/suite.log" 2>&1
-echo "suite exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/suite.log" | tail -n 30
+timeout 150 python3 benchmarks/gpu_profile.py --out "$out/gpu-profile.txt" \
+    >"$out/profile.log" 2>&1
+echo "gpu_profile.py exit $?"; grep -E "^\|" "$out/profile.log"
 {
     echo
     echo "## The CUDA path (tests/test_cuda.py, as printed by its tests)"
