@@ -4,6 +4,7 @@ A GPU-trained estimator must give, on the GPU, what the same network gives on a
 CPU, and must load and serve on a machine with no GPU.
 """
 
+import copy
 import os
 import subprocess
 import sys
@@ -33,6 +34,11 @@ SMALL = dict(
     batch_size=8,
     validation_fraction=None,
     random_state=0,
+)
+
+# LocusNetwork's arguments at the SMALL sizes, for networks built directly.
+SMALL_MODULE = dict(
+    embedding_dim=32, n_latents=8, n_layers=1, n_heads=2, predictor_hidden=32
 )
 
 
@@ -84,6 +90,9 @@ def test_the_same_network_gives_the_same_results_on_a_cpu_machine(gpu, data, tmp
     z = gpu.transform(sets)
     np.save(tmp_path / "z.npy", z)
     np.save(tmp_path / "p.npy", gpu.predict_correctness(z, queries))
+    # Refinement on the GPU: larger batches, and Adam as one fused kernel.
+    refined = copy.deepcopy(gpu).set_params(refine_steps=20).transform(sets)
+    np.save(tmp_path / "refined.npy", refined)
     _on_a_cpu_machine(
         textwrap.dedent(
             f"""
@@ -106,9 +115,56 @@ def test_the_same_network_gives_the_same_results_on_a_cpu_machine(gpu, data, tmp
             gap = np.abs(p - np.load({str(tmp_path / "p.npy")!r})).max()
             print("largest probability change, GPU vs CPU:", gap)
             assert gap < 1e-4, gap
+            refined = embedder.set_params(refine_steps=20).transform(
+                data.evaluation_sets
+            )
+            on_gpu = np.load({str(tmp_path / "refined.npy")!r})
+            relative = np.linalg.norm(refined - on_gpu, axis=1) / np.linalg.norm(
+                refined, axis=1
+            )
+            print("largest relative refined-embedding change, GPU vs CPU:",
+                  relative.max())
+            assert relative.max() < 1e-3, relative.max()
             """
         )
     )
+
+
+def test_the_optimisers_are_fused_on_the_gpu_only():
+    from sklocus.nn.assembly import locus_network
+    from sklocus.nn.refinement import refine_embeddings
+
+    sizes = dict(SMALL_MODULE, query_dim=8)
+    assert locus_network(sizes, "cuda").initialize().optimizer_.defaults["fused"]
+    assert not locus_network(sizes, "cpu").initialize().optimizer_.defaults["fused"]
+    made = []
+    original = torch.optim.Adam
+
+    class Recording(original):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("fused"))
+            super().__init__(*args, **kwargs)
+
+    network = locus_network(sizes, "cuda").initialize().module_
+    z = torch.zeros(2, SMALL_MODULE["embedding_dim"], device="cuda")
+    projected = network.predictor.project_query(torch.zeros(3, 8, device="cuda"))
+    codes = torch.zeros(2, 3, dtype=torch.long, device="cuda")
+    torch.optim.Adam = Recording
+    try:
+        refine_embeddings(
+            network.predictor,
+            z,
+            projected,
+            codes,
+            torch.ones(2, 3, device="cuda"),
+            None,
+            steps=2,
+            penalty=1.0,
+            step_size=0.01,
+        )
+    finally:
+        torch.optim.Adam = original
+    assert made == [True]
 
 
 def test_training_on_the_gpu_is_repeatable(gpu, data):

@@ -28,6 +28,11 @@ from sklocus.nn.refinement import refine_embeddings
 # tokens at the default width (benchmarks/speed.py), or GPU_MAX_TOKENS on a GPU.
 CPU_BATCH_FLOATS = 1 << 20
 GPU_MAX_TOKENS = 1 << 16
+# Refinement runs tens of small steps per batch, and on a GPU each step's time is
+# mostly the launching of its kernels, not their work: its batches there hold up
+# to GPU_REFINE_FLOATS floats per (set x evaluation) x width tensor (512 MiB),
+# a few times larger than the forward pass's, so that a pool takes fewer batches.
+GPU_REFINE_FLOATS = 1 << 27
 MAX_SETS = 256
 # score_pairs works through at most this many (model, query) pairs at once.
 MAX_PAIRS = 1 << 20
@@ -35,10 +40,12 @@ MAX_PAIRS = 1 << 20
 PRECISIONS = ("float32", "bfloat16", "float16")
 
 
-def max_tokens(device, embedding_dim):
+def max_tokens(device, embedding_dim, refining=False):
     """Most (set x evaluation) tokens of an inference batch on ``device``."""
     if torch.device(device).type == "cpu":
         return max(CPU_BATCH_FLOATS // embedding_dim, 1)
+    if refining:
+        return max(GPU_REFINE_FLOATS // embedding_dim, GPU_MAX_TOKENS)
     return GPU_MAX_TOKENS
 
 
@@ -163,7 +170,7 @@ def refine_sets(predictor, ragged, vectors, embeddings, *, device, **settings):
     # predictor's weights out of the graph's outputs all the same.
     with torch.no_grad():
         projected = predictor.project_query(torch.as_tensor(vectors, device=device))
-    tokens = max_tokens(device, embeddings.shape[1])
+    tokens = max_tokens(device, embeddings.shape[1], refining=True)
     for batch, batch_codes, batch_scores, mask in padded_batches(
         codes, scores, device=device, tokens=tokens
     ):

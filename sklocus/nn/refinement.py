@@ -69,7 +69,10 @@ def refine_embeddings(
         weight = mask.to(torch.float32)
     targets = scores.float()
     z = start.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([z], lr=step_size, betas=_BETAS, eps=_EPS)
+    # On a GPU, Adam's update as one fused kernel rather than one per operation.
+    optimizer = torch.optim.Adam(
+        [z], lr=step_size, betas=_BETAS, eps=_EPS, fused=z.is_cuda or None
+    )
     for _ in range(steps):
         with torch.enable_grad():
             logits = predictor.score_projected(z, projected, codes)
