@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv |
 python3 -c "import torch, skorch, sklearn; print('torch', torch.__version__,
     'skorch', skorch.__version__, 'scikit-learn', sklearn.__version__)" |
     tee -a "$out/gpu.txt"
-timeout 150 python3 -m pytest -q -s -p no:cacheprovider tests/test_cuda.py \
+timeout 150 python3 -m pytest -q -s -n 0 -p no:cacheprovider tests/test_cuda.py \
     >"$out/test_cuda.log" 2>&1
 echo "tests/test_cuda.py exit $?"; tail -n 25 "$out/test_cuda.log"
 timeout 330 python3 benchmarks/speed.py --devices cuda --scale-device cuda \

@@ -41,6 +41,7 @@ from sklocus import LocusEmbedder
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import check_evaluation_sets, to_matrix
 from sklocus.nn.inference import GPU_MAX_TOKENS
+from sklocus.nn.training import draws_per_model
 
 N_MODELS, N_EVALS, N_QUERIES, QUERY_DIM = 112, 4096, 4096, 768
 
@@ -295,9 +296,11 @@ def training_throughput(device):
         device=device,
         random_state=0,
     ).fit(data.evaluation_sets)
-    # An epoch draws every model until it has at least epoch_size draws.
+    # An epoch draws every model until it has at least epoch_size draws
+    # ("auto" resolved by the pool's size, as fit resolves it).
     n_models = len(data.evaluation_sets)
-    draws = n_models * -(-embedder.epoch_size // n_models)
+    epoch_size = embedder._schedule(check_evaluation_sets(data.evaluation_sets))[2]
+    draws = n_models * draws_per_model(n_models, epoch_size)
     durations = [row["dur"] for row in embedder.history_[1:]]
     return draws / np.mean(durations), draws
 
