@@ -28,11 +28,13 @@ from sklocus.nn.refinement import refine_embeddings
 # tokens at the default width (benchmarks/speed.py), or GPU_MAX_TOKENS on a GPU.
 CPU_BATCH_FLOATS = 1 << 20
 GPU_MAX_TOKENS = 1 << 16
-# Refinement runs tens of small steps per batch, and on a GPU each step's time is
+# Refinement runs tens of small steps per batch, and on a GPU each step's time was
 # mostly the launching of its kernels, not their work: its batches there hold up
-# to GPU_REFINE_FLOATS floats per (set x evaluation) x width tensor (512 MiB),
-# a few times larger than the forward pass's, so that a pool takes fewer batches.
-GPU_REFINE_FLOATS = 1 << 27
+# to GPU_REFINE_FLOATS floats per (tokens x embedding_dim) tensor (256 MiB; a
+# step keeps several such tensors and the hidden layer: about 2.5 GiB at the
+# default width by count, not measured), 8 times the forward pass's tokens at
+# that width, so that a pool takes fewer batches: 112 x 4,096 evaluations, one.
+GPU_REFINE_FLOATS = 1 << 26
 MAX_SETS = 256
 # score_pairs works through at most this many (model, query) pairs at once.
 MAX_PAIRS = 1 << 20
