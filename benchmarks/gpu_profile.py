@@ -23,6 +23,7 @@ import copy
 import time
 
 import torch
+from speed import fitted_embedder
 from torch.profiler import ProfilerActivity, profile
 
 from sklocus import LocusEmbedder
@@ -66,6 +67,17 @@ def profiled(name, function, lines, rows=12):
         lines.append(table.table(sort_by=key, row_limit=rows, max_name_column_width=50))
 
 
+def default_schedule(data, device, max_epochs):
+    """An embedder at the default settings, but no validation split."""
+    return LocusEmbedder(
+        query_encoder=data.encoder,
+        max_epochs=max_epochs,
+        validation_fraction=None,
+        device=device,
+        random_state=0,
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gpu-profile.txt")
@@ -85,14 +97,7 @@ def main():
         random_state=0,
     )
     sets = data.evaluation_sets
-    embedder = LocusEmbedder(
-        query_encoder=data.encoder,
-        max_epochs=1,
-        epoch_size=32,
-        validation_fraction=None,
-        device=device,
-        random_state=0,
-    ).fit(sets)
+    embedder = fitted_embedder(data, device)
     ragged = check_evaluation_sets(sets)
     vectors = embedder._encode(ragged.queries)
     z = embedder.transform(sets)
@@ -118,13 +123,7 @@ def main():
     )
 
     start = time.perf_counter()
-    trained = LocusEmbedder(
-        query_encoder=data.encoder,
-        max_epochs=2,
-        validation_fraction=None,
-        device=device,
-        random_state=0,
-    ).fit(sets)
+    trained = default_schedule(data, device, max_epochs=2).fit(sets)
     elapsed = time.perf_counter() - start
     epochs = ", ".join(f"{row['dur']:.2f}" for row in trained.history_)
     lines.append(
@@ -139,13 +138,7 @@ def main():
     )
     profiled("refinement, 50 steps", lambda: refining.transform(ragged), lines)
 
-    one_epoch = LocusEmbedder(
-        query_encoder=data.encoder,
-        max_epochs=1,
-        validation_fraction=None,
-        device=device,
-        random_state=0,
-    )
+    one_epoch = default_schedule(data, device, max_epochs=1)
     profiled("fit, one epoch", lambda: one_epoch.fit(sets), lines, rows=15)
 
     text = "\n".join(lines)
