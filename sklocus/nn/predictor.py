@@ -56,9 +56,8 @@ class CorrectnessPredictor(nn.Module):
 
         The first layer on ``[z, u, z * u]`` is computed by parts, without
         building the ``(batch, n_targets, 3 * embedding_dim)`` features: the
-        ``z`` part once per model, and the ``u`` and ``z * u`` parts per pair,
-        two thirds of the products and no concatenation (2.2 times faster
-        forward and backward on a CPU at the default widths). Each part is
+        ``z`` part once per model, and the ``u`` and ``z * u`` parts per pair:
+        two thirds of the products, and no concatenation. Each part is
         computed row by row alike whatever the batch and the table hold (the
         ``z`` part as a sum of products, not a matrix product whose kernel may
         change with the number of models), so a model's logits do not depend
