@@ -51,6 +51,18 @@ class CorrectnessPredictor(nn.Module):
         """
         return self.score_projected(embeddings, self.project_query(query_table), codes)
 
+    def first_layer_blocks(self):
+        """Split the first layer into its blocks for ``z``, ``u`` and ``z * u``.
+
+        Returns
+        -------
+        weight_z, weight_u, weight_zu : Tensor of shape (hidden, embedding_dim)
+        bias : Tensor of shape (hidden,)
+        """
+        first = self.mlp[0]
+        blocks = first.weight.split(self.project_query.out_features, dim=1)
+        return (*blocks, first.bias)
+
     def score_projected(self, embeddings, projected, codes):
         """Like :meth:`forward`, from ``project_query(query_table)``.
 
@@ -63,9 +75,9 @@ class CorrectnessPredictor(nn.Module):
         change with the number of models), so a model's logits do not depend
         on the other models or queries passed with it.
         """
-        first, activation, dropout, last = self.mlp
-        weight_z, weight_u, weight_zu = first.weight.split(embeddings.shape[-1], 1)
-        model_part = (embeddings.unsqueeze(1) * weight_z).sum(-1) + first.bias
+        _, activation, dropout, last = self.mlp
+        weight_z, weight_u, weight_zu, bias = self.first_layer_blocks()
+        model_part = (embeddings.unsqueeze(1) * weight_z).sum(-1) + bias
         u = nn.functional.embedding(codes, projected)
         hidden = u @ weight_u.T + (embeddings.unsqueeze(1) * u) @ weight_zu.T
         hidden = hidden + model_part.unsqueeze(1)
@@ -104,13 +116,13 @@ class CorrectnessPredictor(nn.Module):
         Lets a caller that scores many chunks of models against one set of queries
         project the queries once.
         """
-        first, activation, _, last = self.mlp
+        _, activation, _, last = self.mlp
         n_models, dim = embeddings.shape
-        weight_z, weight_u, weight_zu = first.weight.split(dim, dim=1)
-        hidden_dim = first.out_features
+        weight_z, weight_u, weight_zu, bias = self.first_layer_blocks()
+        hidden_dim = bias.shape[0]
         # (dim, n_models * hidden): column block m is (W_zu * z_m).T.
         stacked = (weight_zu[None] * embeddings[:, None, :]).reshape(-1, dim).T
-        model_part = embeddings @ weight_z.T + first.bias  # (n_models, hidden)
+        model_part = embeddings @ weight_z.T + bias  # (n_models, hidden)
         u = projected
         query_part = u @ weight_u.T  # (n_queries, hidden)
         out = []

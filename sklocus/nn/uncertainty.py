@@ -38,10 +38,9 @@ def _gelu_slope(h):
     return 0.5 * (1.0 + torch.erf(h / math.sqrt(2.0))) + h * density
 
 
-def _parts(predictor, embeddings):
-    first, _, _, last = predictor.mlp
-    weight_z, weight_u, weight_zu = first.weight.split(embeddings.shape[1], dim=1)
-    return weight_z, weight_u, weight_zu, first.bias, last.weight[0], last.bias[0]
+def _parts(predictor):
+    last = predictor.mlp[-1]
+    return *predictor.first_layer_blocks(), last.weight[0], last.bias[0]
 
 
 def logits_and_gradients(predictor, embeddings, projected):
@@ -60,9 +59,7 @@ def logits_and_gradients(predictor, embeddings, projected):
     logits : Tensor of shape (n_models, n_queries)
     gradients : Tensor of shape (n_models, n_queries, embedding_dim)
     """
-    weight_z, weight_u, weight_zu, bias, weight, last_bias = _parts(
-        predictor, embeddings
-    )
+    weight_z, weight_u, weight_zu, bias, weight, last_bias = _parts(predictor)
     z = embeddings[:, None, :]
     u = projected[None, :, :]
     hidden = (
