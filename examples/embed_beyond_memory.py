@@ -6,7 +6,8 @@ A hub of hundreds of thousands of models, each with thousands of evaluations,
 does not fit in memory as a list of dicts. Kept as a Parquet dataset sorted by
 model (one row per model, query and score), it can be embedded a batch of
 models at a time in flat memory, or partition by partition on a Dask cluster.
-Both give the vectors ``transform`` gives on the whole list, bit for bit.
+Both give the vectors ``transform`` gives on the whole list: a model's vector
+does not depend on the models embedded with it, beyond float32 rounding.
 """
 
 # %%
@@ -44,6 +45,13 @@ folder = Path(tempfile.mkdtemp())
 table.to_parquet(folder / "evals.parquet", row_group_size=1000)
 print(f"{len(table):,} evaluations of {table['model'].nunique()} models on disk")
 
+
+def largest_difference(vectors, reference):
+    """Largest coordinate difference, relative to its reference vector's scale."""
+    scale = np.abs(reference).max(axis=1, keepdims=True)
+    return float((np.abs(vectors - reference) / scale).max())
+
+
 # %%
 # Streaming: a batch of models at a time
 # --------------------------------------
@@ -56,7 +64,11 @@ batches = list(iter_embeddings(embedder, folder / "evals.parquet", batch_models=
 print("batches of", [len(batch.model_names) for batch in batches], "models")
 streamed = np.vstack([batch.embeddings for batch in batches])
 whole = embedder.transform(data.evaluation_sets)
-print("streamed vectors equal transform's:", np.array_equal(streamed, whole))
+# Among other batch-mates, a set can be rounded differently in its last bits
+# (the user guide's "Embedding beyond memory" says why): within 2e-6 of its
+# largest coordinate, where float32 resolves 6e-8.
+gap = largest_difference(streamed, whole)
+print(f"streamed vectors against transform's, largest difference: {gap:.1e}")
 
 n_models = embed_parquet(embedder, folder / "evals.parquet", folder / "emb.parquet")
 print(pd.read_parquet(folder / "emb.parquet").iloc[:3, :5])
@@ -86,7 +98,8 @@ with (
     embeddings = embed_dask(embedder, frame).compute()
 
 on_cluster = embeddings.set_index("model").loc[data.model_names].filter(like="z")
-print("dask vectors equal transform's:", np.array_equal(on_cluster.to_numpy(), whole))
+gap = largest_difference(on_cluster.to_numpy(), whole)
+print(f"dask vectors against transform's, largest difference: {gap:.1e}")
 
 # %%
 # The files were only for this example.

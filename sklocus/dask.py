@@ -177,7 +177,7 @@ def embed_dask(
     With Dask's local schedulers the embedder is one shared node of the graph.
     A set's vector does not depend on the other sets embedded with it, so the
     vectors are those of ``embedder.transform`` on all the models in one
-    process, bit for bit.
+    process, up to float32 rounding (the user guide says how close).
 
     Read more in the :ref:`User Guide <dask_cluster>`.
 

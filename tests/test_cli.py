@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.frozen import FrozenEstimator
+from vectors import assert_same_vectors
 
 from sklocus import LocusRouter, ScoreEstimator
 from sklocus import load as load_model_file
@@ -1126,8 +1127,13 @@ def test_embed_stream_writes_what_embed_writes(workspace, parquet_evals, capsys)
     )
     streamed = pd.read_parquet(folder / "streamed.parquet")
     whole = pd.read_parquet(folder / "emb.parquet").drop(columns="params")
-    # Bit for bit, though `embed` ran in a fresh process on all 30 at once.
-    pd.testing.assert_frame_equal(streamed, whole, check_exact=True)
+    # The same table, though `embed` ran in a fresh process on all 30 at once:
+    # the same names and counts, and vectors within float32 rounding.
+    vectors = streamed.filter(like="z").columns
+    pd.testing.assert_frame_equal(
+        streamed.drop(columns=vectors), whole.drop(columns=vectors), check_exact=True
+    )
+    assert_same_vectors(streamed[vectors].to_numpy(), whole[vectors].to_numpy())
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 from tiny import TINY_NETWORK, CountingEmbedder, long_table
+from vectors import assert_same_vectors
 
 try:
     import dask
@@ -116,11 +117,9 @@ def test_on_two_worker_processes_the_vectors_are_identical(trained, client):
     embeddings = embed_dask(embedder, frame).compute()
     assert sorted(embeddings["model"]) == sorted(data.model_names)
     assert embeddings["n_evaluations"].dtype == np.int64
-    # Bit for bit: workers run torch on one thread, this process on two, and
-    # every partition batches other sets together.
-    np.testing.assert_array_equal(
-        vectors_by_model(embeddings, data.model_names), expected
-    )
+    # Workers run torch on one thread, this process on two, and every
+    # partition batches other sets together: the same vectors all the same.
+    assert_same_vectors(vectors_by_model(embeddings, data.model_names), expected)
     # Shipped in each task, the embedder would be unpickled once per partition.
     # Named by its key, a worker fetches it for its first partition, and again
     # only if Dask's memory manager dropped its copy between two of them.
@@ -133,7 +132,7 @@ def test_refined_vectors_on_two_worker_processes_are_identical(trained, client):
     refining = copy.deepcopy(embedder).set_params(refine_steps=10)
     frame = dd.from_pandas(table.set_index("model"), npartitions=6, sort=True)
     embeddings = embed_dask(refining, frame).compute()
-    np.testing.assert_array_equal(
+    assert_same_vectors(
         vectors_by_model(embeddings, data.model_names),
         refining.transform(data.evaluation_sets),
     )

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-# Widths are multiples of this many rows. MKL computes a matrix product in blocks
-# of 16 rows and rounds a row differently at another place in its block, so the
-# predictor's layers, which run over a batch's (set x evaluation) rows, give a set
-# the same bits alone and among others only when every set starts a block. It is
-# also the least width: fewer rows than that would make attention depend on the
-# batch (sklocus.nn.attention).
+# Widths are multiples of this many rows. MKL on an Intel processor computes a
+# matrix product in blocks of 16 rows and rounds a row differently at another
+# place in its block, so the predictor's layers, which run over a batch's (set x
+# evaluation) rows, give a set the same bits alone and among others only when
+# every set starts a block. It is also the least width: fewer rows than that
+# would make attention depend on the batch (sklocus.nn.attention). Other
+# processors' kernels block otherwise, so this keeps a set's rounding alike in
+# most company, not all: what is promised is agreement within float32 rounding
+# (docs/user_guide/streaming.rst, "Why the vectors agree").
 _ROW_BLOCK = 16
 # Widths a set may be padded to per doubling of its size: at most 1/16 padding
 # from 256 evaluations on, up to 15 rows below.
@@ -53,9 +56,9 @@ def padded_width(sizes):
     in an order that depends on their number, even where the mask hides them.
     Sizes are rounded up to a multiple of 16 and to one of 16 widths per doubling,
     whichever is coarser: a set's rows then start a block of 16 rows of every
-    matrix product over the batch, where they are computed alike whatever
-    precedes them, so embedding, refinement and prediction give a set the same
-    bits alone and in any company.
+    matrix product over the batch, where MKL's kernels compute them alike
+    whatever precedes them, so embedding, refinement and prediction round a
+    set alike alone and in most company (within float32 rounding in any).
 
     Parameters
     ----------
