@@ -109,17 +109,22 @@ def _the_router_beats_random_mixing_and_keeps_its_budgets(output):
 
 
 def _learning_routes_better_and_exploration_tries_more_models(output):
-    start = _number(output, "routing accuracy from 16 evaluations per model:")
     found = re.findall(
-        r"^(best guess|Thompson): routing accuracy after 2,000 outcomes ([0-9.]+); "
-        r"models that answered: ([0-9]+) of 20",
+        r"^(best guess|Thompson): routing accuracy from 16 evaluations per model "
+        r"([0-9.]+) ± ([0-9.]+), after 2,000 outcomes ([0-9.]+) ± ([0-9.]+); "
+        r"models that answered: ([0-9.]+) of 20",
         output,
         re.M,
     )
     assert len(found) == 2, output
-    (_, greedy, greedy_tried), (_, thompson, thompson_tried) = found
-    assert float(greedy) > start and float(thompson) > start
-    assert int(thompson_tried) > int(greedy_tried)
+    (greedy, thompson) = [[float(x) for x in row[1:]] for row in found]
+    # Means of three simulations: learning from its routes' outcomes, the best
+    # guess gains beyond the spread of either mean (0.019 against 0.009 on an
+    # AMD EPYC, 2026-12-05). Thompson's gain there was within its spread, so
+    # only its exploring is asserted: it tries nearly every model.
+    before, before_sd, after, after_sd, _ = greedy
+    assert after - before > max(before_sd, after_sd), output
+    assert thompson[-1] > greedy[-1] + 3, output
     assert "evaluations kept in the file: " in output
 
 
