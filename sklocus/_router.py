@@ -1518,8 +1518,8 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         whole pool (the embedder, the calibration slope, the heads' blend, the
         probability calibrator, the budget's curve), do not change. A model's
         embedding is then the one a router fitted on all its evaluations with
-        this embedder (frozen) gives it; so is everything else of it when the
-        pool-wide choices are the same.
+        this embedder (frozen) gives it, up to float32 rounding; so is
+        everything else of it when the pool-wide choices are the same.
 
         On a router not yet fitted, ``partial_fit`` is :meth:`fit`.
 

@@ -109,7 +109,7 @@ def client():
         yield client
 
 
-def test_on_two_worker_processes_the_vectors_are_identical(trained, client):
+def test_on_two_worker_processes_the_vectors_agree(trained, client):
     data, embedder, table, expected = trained
     # Twelve partitions of two whole models each, sorted by model.
     frame = dd.from_pandas(table.set_index("model"), npartitions=12, sort=True)
@@ -127,7 +127,7 @@ def test_on_two_worker_processes_the_vectors_are_identical(trained, client):
     assert 1 <= sum(loads.values()) < frame.npartitions // 2, loads
 
 
-def test_refined_vectors_on_two_worker_processes_are_identical(trained, client):
+def test_refined_vectors_on_two_worker_processes_agree(trained, client):
     data, embedder, table, _ = trained
     refining = copy.deepcopy(embedder).set_params(refine_steps=10)
     frame = dd.from_pandas(table.set_index("model"), npartitions=6, sort=True)

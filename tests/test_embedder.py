@@ -21,7 +21,7 @@ from sklearn.utils.estimator_checks import (
     check_set_params,
 )
 from skorch.callbacks import Callback
-from vectors import assert_same_vectors
+from vectors import assert_same_probabilities, assert_same_vectors
 
 from sklocus import LocusEmbedder, PrecomputedEncoder
 from sklocus.datasets import make_evaluations
@@ -138,7 +138,7 @@ def test_prior_tokens_make_the_embedding_depend_on_the_evidence(data):
         assert (gap > 1e-3) if prior_tokens else (gap < 1e-5), (prior_tokens, gap)
 
 
-def test_determinism_bitwise_and_across_batches(fitted, data):
+def test_determinism_is_bitwise_and_batches_agree_within_rounding(fitted, data):
     sets = data.evaluation_sets
     first = fitted.transform(sets[:10])
     np.testing.assert_array_equal(fitted.transform(sets[:10]), first)
@@ -196,9 +196,10 @@ def test_predict_correctness_gives_probabilities(fitted, data):
     p = fitted.predict_correctness(z, data.query_ids[:7])
     assert p.shape == (4, 7) and p.dtype == np.float32
     assert ((p > 0) & (p < 1)).all()
-    # Same as scoring one model at a time.
-    np.testing.assert_allclose(
-        fitted.predict_correctness(z[2:3], data.query_ids[:7])[0], p[2], atol=1e-6
+    # Same as scoring one model at a time, up to the rounding of a matrix
+    # product that stacks one model rather than four.
+    assert_same_probabilities(
+        fitted.predict_correctness(z[2:3], data.query_ids[:7])[0], p[2]
     )
 
 

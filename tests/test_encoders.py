@@ -106,8 +106,12 @@ def test_sentence_encoder_is_clonable_and_validates_params():
 def test_sentence_encoder_joblib_round_trip(tmp_path, minilm):
     path = tmp_path / "encoder.joblib"
     joblib.dump(minilm, path)
-    np.testing.assert_array_equal(
-        joblib.load(path).transform(QUERIES), minilm.transform(QUERIES)
+    # The copy loads without the in-memory cache and encodes QUERIES' two texts
+    # together; minilm answers from its cache, filled by whichever test first
+    # encoded each, perhaps among other texts (the threads' test): the same
+    # vectors, within the rounding that another batch may bring.
+    np.testing.assert_allclose(
+        joblib.load(path).transform(QUERIES), minilm.transform(QUERIES), atol=1e-6
     )
 
 

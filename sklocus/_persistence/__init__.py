@@ -140,8 +140,9 @@ def load(path):
     Returns
     -------
     estimator
-        Fitted as it was when saved; embeddings, probabilities and routes are
-        bit-identical to the saved estimator's on the same machine.
+        Fitted as it was when saved; embeddings, probabilities and routes of
+        the same inputs are bit-identical to the saved estimator's on the same
+        machine with the same number of threads.
 
     Raises
     ------

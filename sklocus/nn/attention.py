@@ -14,7 +14,9 @@ from torch.nn import functional as F
 # many rows the matrix has when it has fewer than 12 (1 to 8 threads measured);
 # from 12 rows on, each row comes out the same whatever the others hold. The tail
 # of the set encoder has one row per set of a batch, so it runs on at least
-# _MIN_ROWS rows: a set's embedding then does not depend on its batch-mates.
+# _MIN_ROWS rows: a set's embedding then does not depend on its batch-mates, bit
+# for bit with the kernels measured and within float32 rounding with any
+# (docs/user_guide/streaming.rst, "Why the vectors agree").
 _MIN_ROWS = 16
 
 

@@ -96,9 +96,9 @@ def size_buckets(sizes, max_tokens, max_sets):
     list of (ndarray, int)
         Each batch: the indices of its sets and their one :func:`padded_width`,
         the width every inference pass (embedding, refinement, prediction) pads
-        them to, so that no set's result depends on its batch-mates. Sets are
-        ordered by width (ties by index), so the batching of a given input never
-        changes.
+        them to, so that no set's result depends on its batch-mates beyond
+        float32 rounding. Sets are ordered by width (ties by index), so the
+        batching of a given input never changes.
     """
     widths = padded_width(sizes)
     order = np.lexsort((np.arange(len(widths)), widths))

@@ -73,7 +73,8 @@ class CorrectnessPredictor(nn.Module):
         computed row by row alike whatever the batch and the table hold (the
         ``z`` part as a sum of products, not a matrix product whose kernel may
         change with the number of models), so a model's logits do not depend
-        on the other models or queries passed with it.
+        on the other models or queries passed with it beyond float32 rounding,
+        which a kernel may apply to a row by its place in the batch.
         """
         _, activation, dropout, last = self.mlp
         weight_z, weight_u, weight_zu, bias = self.first_layer_blocks()
