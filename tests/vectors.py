@@ -21,7 +21,7 @@ query in another chunk can round otherwise.
 import numpy as np
 
 # float32 resolves 6e-8 of a value. On an AMD EPYC (Zen 4, MKL, AVX-512 ATen)
-# vectors refined in other company differed by up to 2.4e-7 of their row's
+# vectors refined in other company differed by up to 2.8e-7 of their row's
 # largest coordinate (10 and 50 steps, about 2 units in the last place); eight
 # times that bounds the rounding without admitting a real change of the vector.
 BATCH_RTOL = 2e-6
