@@ -22,7 +22,7 @@ import numpy as np
 
 # float32 resolves 6e-8 of a value. On an AMD EPYC (Zen 4, MKL, AVX-512 ATen)
 # vectors refined in other company differed by up to 2.8e-7 of their row's
-# largest coordinate (10 and 50 steps, about 2 units in the last place); eight
+# largest coordinate (10 and 50 steps, about 2 units in the last place); seven
 # times that bounds the rounding without admitting a real change of the vector.
 BATCH_RTOL = 2e-6
 
