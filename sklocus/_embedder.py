@@ -67,8 +67,9 @@ _SCALE_MODELS = 1024
 # Adam's step size in test-time refinement (refine_steps).
 _REFINE_STEP_SIZE = 0.05
 # With verbose on, embedding and refinement report their progress once they have
-# lasted this many seconds: a shorter step is not worth a line.
-_PROGRESS_DELAY = 2.0
+# lasted this many seconds: a shorter step is not worth a line, and a step that
+# reports after one second leaves no silence of two.
+_PROGRESS_DELAY = 1.0
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 
@@ -276,7 +277,7 @@ class LocusEmbedder(
     verbose : int, default=0
         1 prints a line per epoch, and shows a progress bar when standard error
         is a terminal; it also reports the progress of embedding and refinement
-        (``transform``, ``score``) when they last more than two seconds: a line
+        (``transform``, ``score``) once they have lasted a second: a line
         redrawn on a terminal, a few plain lines elsewhere.
 
     Attributes

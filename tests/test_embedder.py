@@ -338,7 +338,7 @@ def test_verbose_reports_long_embeddings_and_refinements(
     embedder.transform(data.evaluation_sets)
     assert capsys.readouterr().err == ""  # verbose=0: quiet
     embedder.set_params(verbose=1)
-    # A step shorter than the delay (two seconds by default) says nothing.
+    # A step shorter than the delay (a second by default) says nothing.
     monkeypatch.setattr(sklocus._embedder, "_PROGRESS_DELAY", 3600.0)
     embedder.transform(data.evaluation_sets)
     assert capsys.readouterr().err == ""
