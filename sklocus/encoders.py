@@ -310,10 +310,10 @@ class SentenceEncoder(_QueryEncoder):
     def _encode_texts(self, texts, disk, show):
         """Encode ``texts`` a batch at a time, each batch kept on disk once done.
 
-        Texts go longest first, so that a batch holds texts of similar lengths
-        (as sentence-transformers itself sorts them) and which texts share a
-        batch does not depend on how many batches report progress. An
-        interruption keeps the batches already on disk.
+        Texts go longest first: a batch holds texts of similar lengths, as
+        sentence-transformers' own sorting would give, and the same texts share
+        a batch whether progress is shown or not. An interruption keeps the
+        batches already on disk.
         """
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         encoded = {}
