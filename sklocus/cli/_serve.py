@@ -105,9 +105,12 @@ def _load_pool_encodings(router, arguments):
     write-back would save in the model file, and routed queries do not grow
     the cache.
     """
+    queries = getattr(router, "evaluation_queries_", None)
+    if queries is None:  # a file too old to learn from: the service says so
+        return
     encoder = query_encoder(router)
     with run_settings(router, arguments):
-        router_thread.call(encoder.transform, router.evaluation_queries_.tolist())
+        router_thread.call(encoder.transform, queries.tolist())
 
 
 def _pool_groups(arguments, evaluations):
