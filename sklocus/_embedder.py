@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._device import resolve_device
+from sklocus._progress import Progress
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets, reusable
@@ -65,6 +66,10 @@ _LARGE_POOL_EPOCH_SIZE = 4096
 _SCALE_MODELS = 1024
 # Adam's step size in test-time refinement (refine_steps).
 _REFINE_STEP_SIZE = 0.05
+# With verbose on, embedding and refinement report their progress once they have
+# lasted this many seconds: a shorter step is not worth a line, and a step that
+# reports after one second leaves no silence of two.
+_PROGRESS_DELAY = 1.0
 # score() holds out this fraction of each set to test the embedding built from the rest.
 _SCORE_HOLDOUT = 0.25
 
@@ -271,7 +276,9 @@ class LocusEmbedder(
         Passed to the skorch ``NeuralNet``.
     verbose : int, default=0
         1 prints a line per epoch, and shows a progress bar when standard error
-        is a terminal.
+        is a terminal; it also reports the progress of embedding and refinement
+        (``transform``, ``score``) once they have lasted a second: a line
+        redrawn on a terminal, a few plain lines elsewhere.
 
     Attributes
     ----------
@@ -713,28 +720,38 @@ class LocusEmbedder(
     def _embed_raw(self, ragged, vectors, refine=True):
         """Embeddings in the network's own units, refined if ``refine_steps``."""
         module = self.net_.module_
-        out = embed_sets(
-            module.encoder,
-            ragged,
-            vectors,
-            embedding_dim=self.embedding_dim,
-            device=self.device_,
-            precision=self.inference_precision,
-        )
+        with self._progress("Embedding models", ragged.n_sets) as progress:
+            out = embed_sets(
+                module.encoder,
+                ragged,
+                vectors,
+                embedding_dim=self.embedding_dim,
+                device=self.device_,
+                precision=self.inference_precision,
+                progress=progress.advance,
+            )
         if refine and self.refine_steps:
             # Checked here: set_params on a fitted embedder skips fit's validation.
             _check_refinement(self.refine_steps, self.refine_penalty)
-            refine_sets(
-                module.predictor,
-                ragged,
-                vectors,
-                out,
-                device=self.device_,
-                steps=self.refine_steps,
-                penalty=self.refine_penalty,
-                step_size=_REFINE_STEP_SIZE,
-            )
+            with self._progress("Refining embeddings", ragged.n_sets) as progress:
+                refine_sets(
+                    module.predictor,
+                    ragged,
+                    vectors,
+                    out,
+                    device=self.device_,
+                    steps=self.refine_steps,
+                    penalty=self.refine_penalty,
+                    step_size=_REFINE_STEP_SIZE,
+                    progress=progress.advance,
+                )
         return out
+
+    def _progress(self, label, n_models):
+        """Report a step over ``n_models`` models if it lasts, and ``verbose`` is on."""
+        return Progress(
+            label, n_models, "model", delay=_PROGRESS_DELAY, enabled=bool(self.verbose)
+        )
 
     def query_novelty(self, queries):
         """How far each query lies from the queries the embedder was trained on.

@@ -20,6 +20,9 @@ from cachetools import LRUCache
 # The on-disk cache: its file in the folder, and the texts looked up per query.
 DISK_FILE_NAME = "sklocus-encodings.sqlite3"
 _DISK_LOOKUP_CHUNK = 500
+# What reading or writing the on-disk cache may raise: the folder or the file
+# out of reach, a full disk, a file that is not SQLite.
+CACHE_ERRORS = (OSError, sqlite3.Error)
 
 
 def _entry_bytes(entry):
@@ -83,6 +86,41 @@ class MemoryCache:
                     self._entries[text] = entry
             while len(self._entries) > self._max_texts:
                 self._entries.popitem()
+
+
+def folder_problem(folder):
+    """Say why ``folder`` cannot hold the on-disk cache, or return None.
+
+    Creates nothing: a folder yet to be made is judged by its nearest existing
+    parent, so that a command can refuse a bad folder before any work, and
+    leaves no file behind when it encodes nothing.
+
+    Parameters
+    ----------
+    folder : str or path-like
+
+    Returns
+    -------
+    str or None
+    """
+    folder = Path(folder).expanduser()
+    file = folder / DISK_FILE_NAME
+    if file.exists():
+        if not file.is_file():
+            return f"{file} is not a file"
+        if not os.access(file, os.R_OK | os.W_OK):
+            return f"{file} cannot be read and written"
+    existing = folder
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    # SQLite writes a journal beside its file, so the folder must be writable.
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 class DiskCache:

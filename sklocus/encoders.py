@@ -23,9 +23,9 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils._param_validation import Interval
 
 from sklocus._device import resolve_device
-from sklocus._encoding_cache import DiskCache, MemoryCache
+from sklocus._encoding_cache import CACHE_ERRORS, DiskCache, MemoryCache
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
-from sklocus._progress import on_terminal
+from sklocus._progress import Progress, on_terminal, say
 from sklocus._validation import as_item_list
 from sklocus._versioning import VersionStampMixin
 
@@ -137,8 +137,10 @@ class SentenceEncoder(_QueryEncoder):
         Folder of an on-disk cache (one SQLite file) shared across processes and
         sessions. ``None`` keeps the cache in memory only.
     show_progress : bool or None, default=None
-        Show a progress bar while encoding. ``None`` shows one when 512 or more
-        texts need encoding and standard error is a terminal.
+        Report on standard error how many texts came from the caches and how
+        the encoding of the others advances: a bar redrawn on a terminal, a
+        few plain lines elsewhere (a log, a pipe). ``None`` reports when 512 or
+        more texts need encoding and standard error is a terminal.
     texts : mapping, default=None
         Text of each query id. Queries found among its keys are encoded as their
         text; any other query must itself be a text.
@@ -273,35 +275,84 @@ class SentenceEncoder(_QueryEncoder):
         model = self._sentence_transformer()
         return int(model.get_sentence_embedding_dimension())
 
+    def _disk_cache(self):
+        return None if self.cache_dir is None else DiskCache(self.cache_dir, self.model)
+
     def _encode_distinct(self, texts):
         memory = self._state()["memory"]
-        disk = None if self.cache_dir is None else DiskCache(self.cache_dir, self.model)
+        disk = self._disk_cache()
         found = memory.lookup(texts)
         missing = [text for text in texts if text not in found]
         new = {}
         if missing and disk is not None:
-            new.update(disk.lookup(missing))
+            try:
+                new.update(disk.lookup(missing))
+            except CACHE_ERRORS as error:
+                disk = _unusable(disk, error)
             missing = [text for text in missing if text not in new]
-        if missing:
-            show = self.show_progress
-            if show is None:
-                show = len(missing) >= _PROGRESS_MIN_TEXTS and on_terminal()
-            encoded = self._sentence_transformer().encode(
-                missing,
-                batch_size=self.batch_size,
-                show_progress_bar=bool(show),
-                normalize_embeddings=True,
-                convert_to_numpy=True,
+        show = self.show_progress
+        if show is None:
+            show = len(missing) >= _PROGRESS_MIN_TEXTS and on_terminal()
+        if show and disk is not None and (new or missing):
+            cached = len(texts) - len(missing)
+            say(
+                f"Query texts: {cached:,} of {len(texts):,} from the encoding cache "
+                f"in {disk.folder}."
             )
-            encoded = dict(zip(missing, np.asarray(encoded, dtype=np.float32)))
-            if disk is not None:
-                disk.store(encoded)
-            new.update(encoded)
+        if missing:
+            new.update(self._encode_texts(missing, disk, bool(show)))
         memory.store(new)
         found.update(new)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[text] for text in texts]).astype(np.float32, copy=False)
+
+    def _encode_texts(self, texts, disk, show):
+        """Encode ``texts`` a batch at a time, each batch kept on disk once done.
+
+        Texts go longest first: a batch holds texts of similar lengths, as
+        sentence-transformers' own sorting would give, and the same texts share
+        a batch whether progress is shown or not. An interruption keeps the
+        batches already on disk.
+        """
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        encoded = {}
+        progress = Progress("Encoding query texts", len(texts), "text", enabled=show)
+        with progress:
+            model = self._sentence_transformer()
+            for start in range(0, len(order), self.batch_size):
+                batch = [texts[i] for i in order[start : start + self.batch_size]]
+                vectors = model.encode(
+                    batch,
+                    batch_size=self.batch_size,
+                    show_progress_bar=False,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                )
+                batch_encoded = dict(zip(batch, np.asarray(vectors, np.float32)))
+                if disk is not None:
+                    try:
+                        disk.store(batch_encoded)
+                    except CACHE_ERRORS as error:
+                        disk = _unusable(disk, error)
+                encoded.update(batch_encoded)
+                progress.advance(len(batch))
+        return encoded
+
+
+def _unusable(disk, error):
+    """Warn that the on-disk cache failed, and go on without it (return None).
+
+    The encodings are computed all the same: a cache that cannot be read or
+    written costs time, never the result.
+    """
+    warnings.warn(
+        f"the encoding cache in {disk.folder} cannot be used ({error}); "
+        "encoding without it",
+        UserWarning,
+        stacklevel=4,
+    )
+    return None
 
 
 class PrecomputedEncoder(_QueryEncoder):

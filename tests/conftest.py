@@ -18,6 +18,21 @@ if _WORKERS:
     if "torch" in sys.modules:  # imported before this file: set it directly
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _encoding_cache_in_a_temporary_folder(tmp_path_factory):
+    """Keep the command line's default encoding cache out of the user's own.
+
+    Every command that encodes texts uses the cache by default; the tests, and
+    the commands they start (which inherit the environment), use a folder of
+    the session's. A test of the default itself sets its own variables.
+    """
+    folder = tmp_path_factory.mktemp("encoding-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SKLOCUS_ENCODING_CACHE", str(folder))
+        yield folder
+
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "openllm"
 
 

@@ -707,6 +707,222 @@ def test_encoding_cache_keeps_text_encodings_for_later_runs(
     assert cached() == len(texts) + 1
 
 
+# -- the encoding cache by default, and progress in logs ---------------------------
+
+
+@pytest.fixture(scope="module")
+def prompts(workspace, tmp_path_factory):
+    """The workspace's table with a text per query, a model file fitted on the
+    texts (with a cache of its own, so that the default cache starts empty),
+    and a table of one new query."""
+    folder, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    table["prompt"] = "Prompt of " + table["query"] + ": which number is it?"
+    table.to_csv(folder / "prompts.csv", index=False)
+    pd.DataFrame({"query": ["n1"], "prompt": ["A prompt never seen."]}).to_csv(
+        folder / "prompts_new.csv", index=False
+    )
+    cache = tmp_path_factory.mktemp("fit-cache")
+    fit = ["fit", "prompts.csv", "-o", "prompts.sklocus", "--text-column", "prompt"]
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        assert main([*fit, "--encoding-cache", str(cache), *TINY]) == 0
+    finally:
+        os.chdir(before)
+    return folder, sorted(set(table["prompt"]))
+
+
+@pytest.fixture
+def counted_encodings(monkeypatch):
+    """The texts the sentence encoder encodes from here on, in order."""
+    from sentence_transformers import SentenceTransformer
+
+    encoded = []
+    encode = SentenceTransformer.encode
+
+    def counted(self, sentences, *args, **kwargs):
+        encoded.extend(sentences)
+        return encode(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformer, "encode", counted)
+    return encoded
+
+
+def cached_texts(folder):
+    """How many encodings the cache in ``folder`` holds."""
+    import sqlite3
+
+    with sqlite3.connect(folder / "sklocus-encodings.sqlite3") as connection:
+        return connection.execute("SELECT COUNT(*) FROM encodings").fetchone()[0]
+
+
+def test_the_encoding_cache_is_on_by_default_and_off_on_request(
+    prompts, tmp_path, capsys, monkeypatch, counted_encodings
+):
+    from sklocus._cache_folder import user_cache_folder
+
+    folder, texts = prompts
+    monkeypatch.delenv("SKLOCUS_ENCODING_CACHE")
+    monkeypatch.delenv("SKLOCUS_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    default = user_cache_folder()
+    route = ["route", "prompts.sklocus", "prompts.csv", "prompts_new.csv"]
+    route += ["-o", "prompt_routes.csv", "--text-column", "prompt"]
+    first = succeeded(in_process(*route, cwd=folder, capsys=capsys))
+    # Not a terminal: plain lines that say where the texts came from.
+    assert f"Query texts: 0 of 150 from the encoding cache in {default}." in (
+        first.stderr
+    )
+    assert "Encoding query texts: 150 texts...\n" in first.stderr
+    assert "Encoding query texts: 150 texts in " in first.stderr
+    assert "\r" not in first.stderr
+    assert sorted(counted_encodings) == sorted([*texts, "A prompt never seen."])
+    assert cached_texts(default) == 151
+    counted_encodings.clear()
+    again = succeeded(in_process(*route, cwd=folder, capsys=capsys))
+    assert counted_encodings == []
+    assert "Query texts: 150 of 150 from the encoding cache" in again.stderr
+    assert "Query texts: 1 of 1 from the encoding cache" in again.stderr
+    off = succeeded(
+        in_process(*route, "--no-encoding-cache", cwd=folder, capsys=capsys)
+    )
+    assert len(counted_encodings) == 151
+    assert "from the encoding cache" not in off.stderr
+    assert cached_texts(default) == 151
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh"))
+    succeeded(in_process(*route, "--no-encoding-cache", cwd=folder, capsys=capsys))
+    assert not (tmp_path / "fresh").exists()
+    refused = in_process(
+        *route,
+        "--no-encoding-cache",
+        "--encoding-cache",
+        ".",
+        cwd=folder,
+        capsys=capsys,
+    )
+    assert refused.returncode == 2
+    assert "not allowed with argument --no-encoding-cache" in refused.stderr
+
+
+def test_a_cache_folder_that_cannot_be_used(workspace, capsys, monkeypatch):
+    folder, *_ = workspace
+    (folder / "plain.txt").write_text("a file, not a folder")
+    route = ["route", "model.sklocus", "evals.csv", "queries.csv"]
+    route += ["-o", "unused_routes.csv"]
+    # A folder the user chose: refused before any work.
+    line = one_line_error(
+        [*route, "--encoding-cache", "plain.txt/cache"], folder, capsys
+    )
+    assert line == (
+        "sklocus route: error: argument --encoding-cache: cannot keep the encoding "
+        "cache in plain.txt/cache (plain.txt is not a folder); give a writable "
+        "folder, or --no-encoding-cache"
+    )
+    monkeypatch.setenv("SKLOCUS_ENCODING_CACHE", "plain.txt/cache")
+    line = one_line_error(route, folder, capsys)
+    assert line.startswith("sklocus route: error: $SKLOCUS_ENCODING_CACHE: cannot ")
+    assert not (folder / "unused_routes.csv").exists()
+    # The default folder: a warning, and the run goes on without a cache.
+    monkeypatch.delenv("SKLOCUS_ENCODING_CACHE")
+    monkeypatch.setenv("SKLOCUS_HOME", str(folder / "plain.txt" / "sklocus"))
+    run = succeeded(in_process(*route, cwd=folder, capsys=capsys))
+    warning = run.stderr.splitlines()[0]
+    assert warning.startswith("sklocus: warning: the default encoding cache ")
+    assert "cannot be used" in warning and "--no-encoding-cache" in warning
+    assert (folder / "unused_routes.csv").is_file()
+
+
+def test_embedding_and_refinement_report_progress_in_a_log(
+    workspace, capsys, monkeypatch
+):
+    import sklocus._embedder
+
+    folder, *_ = workspace
+    # Every step reports, however short (by default, those over a second).
+    monkeypatch.setattr(sklocus._embedder, "_PROGRESS_DELAY", 0.0)
+    route = ["route", "model.sklocus", "evals.csv", "queries.csv"]
+    run = succeeded(
+        in_process(*route, "-o", "progress_routes.csv", cwd=folder, capsys=capsys)
+    )
+    for step in ("Embedding models", "Refining embeddings"):
+        assert f"{step}: 30 models...\n" in run.stderr
+        assert f"{step}: 30 models in " in run.stderr
+    # Settings of the run: the model file is as it was.
+    assert load_model_file(folder / "model.sklocus").verbose == 0
+
+
+def test_feedback_and_serve_use_the_cache_and_save_none_of_it(
+    prompts, tmp_path, capsys, counted_encodings
+):
+    from sklocus.cli import build_parser
+    from sklocus.cli._serve import _load_pool_encodings, _router_from
+
+    folder, texts = prompts
+    cache = tmp_path / "cache"
+    serve = build_parser().parse_args(
+        ["serve", "prompts.sklocus", "prompts.csv", "--text-column", "prompt"]
+        + ["--router-file", str(tmp_path / "router.sklocus")]
+        + ["--encoding-cache", str(cache)]
+    )
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        _router_from(serve)
+    finally:
+        os.chdir(before)
+    err = capsys.readouterr().err
+    assert "Building the router over the 30 models of prompts.csv..." in err
+    assert f"Query texts: 0 of 150 from the encoding cache in {cache}." in err
+    assert cached_texts(cache) == 150
+    router = load_model_file(tmp_path / "router.sklocus")
+    encoder = router.embedder_.estimator.query_encoder_
+    assert (encoder.cache_dir, encoder.show_progress) == (None, None)
+    # A served router with a journal loads the pool's encodings at start.
+    counted_encodings.clear()
+    _load_pool_encodings(router, serve)
+    assert counted_encodings == []
+    assert "Query texts: 150 of 150 from the encoding cache" in capsys.readouterr().err
+    assert (encoder.cache_dir, encoder.show_progress) == (None, None)
+
+    queries = router.evaluation_queries_.tolist()[:3]
+    model = router.classes_[0]
+    pd.DataFrame({"model": model, "query": queries, "score": 1.0}).to_csv(
+        tmp_path / "outcomes.csv", index=False
+    )
+    fresh = tmp_path / "fresh"
+    run = succeeded(
+        in_process(
+            "feedback",
+            "router.sklocus",
+            "outcomes.csv",
+            "--encoding-cache",
+            fresh,
+            cwd=tmp_path,
+            capsys=capsys,
+        )
+    )
+    assert "Folding 3 outcomes into 1 of the router's 30 models" in run.stderr
+    assert f"from the encoding cache in {fresh}." in run.stderr
+    assert cached_texts(fresh) > 0
+    learnt = load_model_file(tmp_path / "router.sklocus")
+    assert learnt.evaluation_counts_.sum() == router.evaluation_counts_.sum() + 3
+    encoder = learnt.embedder_.estimator.query_encoder_
+    assert (encoder.cache_dir, encoder.show_progress) == (None, None)
+    assert learnt.embedder_.estimator.verbose == 0
+    run = succeeded(
+        in_process(
+            "feedback",
+            "router.sklocus",
+            "outcomes.csv",
+            "--no-encoding-cache",
+            cwd=tmp_path,
+            capsys=capsys,
+        )
+    )
+    assert "from the encoding cache" not in run.stderr
+
+
 def test_report_writes_the_model_map(workspace, capsys):
     folder, data, *_ = workspace
     table = pd.read_csv(folder / "evals.csv")

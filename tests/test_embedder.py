@@ -329,6 +329,29 @@ def test_verbose_prints_progress(data, capsys):
     assert "train_loss" in captured.out
 
 
+def test_verbose_reports_long_embeddings_and_refinements(
+    fitted, data, capsys, monkeypatch
+):
+    import copy
+
+    import sklocus._embedder
+
+    embedder = copy.copy(fitted).set_params(refine_steps=2)
+    embedder.transform(data.evaluation_sets)
+    assert capsys.readouterr().err == ""  # verbose=0: quiet
+    embedder.set_params(verbose=1)
+    # A step shorter than the delay (a second by default) says nothing.
+    monkeypatch.setattr(sklocus._embedder, "_PROGRESS_DELAY", 3600.0)
+    embedder.transform(data.evaluation_sets)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sklocus._embedder, "_PROGRESS_DELAY", 0.0)
+    embedder.transform(data.evaluation_sets)
+    err = capsys.readouterr().err
+    for step in ("Embedding models", "Refining embeddings"):
+        assert f"{step}: 48 models...\n" in err
+        assert f"{step}: 48 models in " in err
+
+
 def test_default_query_encoder_is_minilm_by_name():
     sets = [
         {"What is 2 + 2?": 1, "Name a prime number.": 0},

@@ -80,6 +80,73 @@ def test_sentence_encoder_disk_cache_survives_a_new_process_state(tmp_path):
     np.testing.assert_array_equal(second.transform(QUERIES), vectors)
 
 
+def test_sentence_encoder_reports_what_came_from_the_cache(tmp_path, capsys):
+    first = SentenceEncoder(cache_dir=tmp_path, show_progress=True)
+    first.transform(QUERIES)
+    err = capsys.readouterr().err
+    assert f"Query texts: 0 of 2 from the encoding cache in {tmp_path}." in err
+    assert "Encoding query texts: 2 texts...\n" in err
+    assert "Encoding query texts: 2 texts in " in err
+    second = SentenceEncoder(cache_dir=tmp_path, show_progress=True)
+    second.transform([*QUERIES, "A text not seen before."])
+    err = capsys.readouterr().err
+    assert "Query texts: 2 of 3 from the encoding cache" in err
+    assert "Encoding query texts: 1 text in " in err
+    # Texts held in memory are no news; a quiet encoder says nothing.
+    second.transform(QUERIES)
+    SentenceEncoder(cache_dir=tmp_path, show_progress=False).transform(QUERIES)
+    assert capsys.readouterr().err == ""
+
+
+def test_encodings_do_not_depend_on_batches_or_progress(minilm, capsys):
+    texts = [f"Question {i}: " + "how far is it? " * (i % 4) for i in range(7)]
+    vectors = minilm.transform(texts)
+    shown = SentenceEncoder(show_progress=True).transform(texts)
+    np.testing.assert_array_equal(shown, vectors)
+    in_pairs = SentenceEncoder(batch_size=2).transform(texts)
+    np.testing.assert_allclose(in_pairs, vectors, atol=1e-6)
+
+
+@pytest.mark.parametrize("unusable", ["a file, not a folder", "not SQLite"])
+def test_an_unusable_disk_cache_warns_and_encodes_all_the_same(
+    minilm, tmp_path, unusable
+):
+    if unusable == "not SQLite":
+        folder = tmp_path
+        (folder / "sklocus-encodings.sqlite3").write_bytes(b"not a database" * 100)
+    else:
+        folder = tmp_path / "file.txt"
+        folder.write_text("a file")
+    encoder = SentenceEncoder(cache_dir=folder)
+    with pytest.warns(UserWarning, match="the encoding cache in .* cannot be used"):
+        vectors = encoder.transform(QUERIES)
+    np.testing.assert_array_equal(vectors, minilm.transform(QUERIES))
+
+
+def test_an_interrupted_encoding_keeps_the_batches_done(tmp_path, monkeypatch):
+    from sklocus._encoding_cache import DiskCache
+
+    encoder = SentenceEncoder(cache_dir=tmp_path, batch_size=1)
+    model = encoder._sentence_transformer()
+    original = model.encode
+    calls = []
+
+    def interrupted_encode(texts, **kwargs):
+        calls.append(texts)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(texts, **kwargs)
+
+    monkeypatch.setattr(model, "encode", interrupted_encode)
+    texts = ["short", "a longer text", "the longest text of the three"]
+    with pytest.raises(KeyboardInterrupt):
+        encoder.transform(texts)
+    # Longest first, one batch done and kept.
+    assert calls[0] == ["the longest text of the three"]
+    found = DiskCache(tmp_path, encoder.model).lookup(texts)
+    assert list(found) == ["the longest text of the three"]
+
+
 def test_sentence_encoder_maps_ids_through_texts(minilm):
     by_id = SentenceEncoder(texts={"id-1": QUERIES[0], 7: QUERIES[1]})
     np.testing.assert_allclose(

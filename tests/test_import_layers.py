@@ -18,13 +18,15 @@ PACKAGE = Path(sklocus.__file__).parent
 # Lowest first. A name stands for the module and, when it is a package, every
 # module inside it.
 LAYERS = [
-    # Checks, versions, files, devices, progress: no other sklocus module.
+    # Checks, versions, files, devices, progress, the cache folder: no other
+    # sklocus module.
     [
         "_validation",
         "_versioning",
         "_files",
         "_device",
         "_progress",
+        "_cache_folder",
         "_encoding_cache",
         "_packaged_models",
         "metrics",

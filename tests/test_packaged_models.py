@@ -77,10 +77,12 @@ def test_resolves_to_the_assembled_folder_in_sklocus_home(fake_parts, home, name
     assert [entry.name for entry in home.iterdir()] == [MPNET]
 
 
-def test_default_home_is_the_user_cache(monkeypatch, tmp_path):
+def test_assembles_into_the_user_cache_folder_by_default(
+    fake_parts, monkeypatch, tmp_path
+):
     monkeypatch.delenv("SKLOCUS_HOME", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert _packaged_models._sklocus_home() == tmp_path / ".cache" / "sklocus"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert assemble_mpnet() == tmp_path / "cache" / "sklocus" / MPNET
 
 
 def test_second_call_reuses_the_folder(fake_parts, home):

@@ -6,8 +6,12 @@ User errors, argument types, option groups, and the one way outputs are written.
 from __future__ import annotations
 
 import argparse
-import sys
+import os
+import warnings
 from pathlib import Path
+
+# Re-exported: the commands report as the library reports its long steps.
+from sklocus._progress import say as say
 
 METRICS = ("euclidean", "cosine")
 CSV, PARQUET = (".csv", ".csv.gz"), (".parquet", ".pq")
@@ -122,16 +126,75 @@ def add_table_options(parser):
 ENCODING_CACHE_VARIABLE = "SKLOCUS_ENCODING_CACHE"
 
 
-def add_encoding_cache_option(group):
-    """``--encoding-cache``: reuse the encodings of query texts across runs."""
-    group.add_argument(
+def add_encoding_cache_option(parser, note=""):
+    """``--encoding-cache DIR`` and ``--no-encoding-cache``: reuse text encodings.
+
+    ``note`` ends the group's description: what the command uses the cache for.
+    """
+    group = parser.add_argument_group(
+        "encoding cache",
+        "The encodings of query texts are kept in one SQLite file, keyed by "
+        "encoder and text, and reused in later runs, so that a pool's texts are "
+        "encoded once. The folder is --encoding-cache DIR, else "
+        f"${ENCODING_CACHE_VARIABLE} if set, else the per-user cache folder "
+        "($SKLOCUS_HOME if set, else $XDG_CACHE_HOME/sklocus or ~/.cache/sklocus); "
+        "it is never saved in a model file. A folder given that cannot be written "
+        "is an error; the default folder, a warning, and no cache." + note,
+    )
+    choice = group.add_mutually_exclusive_group()
+    choice.add_argument(
         "--encoding-cache",
         metavar="DIR",
-        help="keep the encodings of query texts in DIR (one SQLite file, keyed by "
-        "encoder and text) and reuse them in later runs, so a pool's texts are "
-        f"encoded once; default: ${ENCODING_CACHE_VARIABLE} if set, else no cache. "
-        "Never saved in a model file",
+        help="keep the encodings in DIR (created if missing)",
     )
+    choice.add_argument(
+        "--no-encoding-cache",
+        action="store_true",
+        help="encode every query text afresh, reading and writing no cache",
+    )
+
+
+def encoding_cache_folder(arguments):
+    """Return the folder of the encoding cache this run uses, or None for none.
+
+    ``--no-encoding-cache``, else ``--encoding-cache``, else
+    ``$SKLOCUS_ENCODING_CACHE``, else the per-user cache folder. A folder the
+    user named that cannot hold the cache is an error; the default folder, a
+    warning, and the run goes on without a cache. Decided once per run.
+    """
+    decided = getattr(arguments, "_encoding_cache_folder", False)
+    if decided is not False:
+        return decided
+    from sklocus._cache_folder import user_cache_folder
+    from sklocus._encoding_cache import folder_problem
+
+    folder, source = None, None
+    if getattr(arguments, "no_encoding_cache", False):
+        pass
+    elif getattr(arguments, "encoding_cache", None):
+        folder, source = arguments.encoding_cache, "argument --encoding-cache"
+    elif os.environ.get(ENCODING_CACHE_VARIABLE):
+        folder = os.environ[ENCODING_CACHE_VARIABLE]
+        source = f"${ENCODING_CACHE_VARIABLE}"
+    else:
+        folder = user_cache_folder()
+    problem = None if folder is None else folder_problem(folder)
+    if problem is not None:
+        if source is not None:
+            raise UserError(
+                f"{source}: cannot keep the encoding cache in {folder} ({problem}); "
+                "give a writable folder, or --no-encoding-cache"
+            )
+        warnings.warn(
+            f"the default encoding cache {folder} cannot be used ({problem}); "
+            "encoding without a cache (choose a folder with --encoding-cache DIR, "
+            "or turn the cache off with --no-encoding-cache)",
+            UserWarning,
+            stacklevel=2,
+        )
+        folder = None
+    arguments._encoding_cache_folder = folder
+    return folder
 
 
 def add_vector_options(parser):
@@ -197,8 +260,3 @@ def add_metric_option(parser):
         help="distance between embeddings (default: euclidean, in units of a "
         "typical pair of training models)",
     )
-
-
-def say(message):
-    """Report progress on standard error, leaving standard output to the data."""
-    print(message, file=sys.stderr, flush=True)

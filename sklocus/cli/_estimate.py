@@ -8,7 +8,7 @@ import pandas as pd
 
 from sklocus._score_estimation import ScoreEstimator
 from sklocus.cli._common import UserError, say
-from sklocus.cli._models import encoding_cache, load_embedder, teach_queries
+from sklocus.cli._models import load_embedder, run_settings, teach_queries
 from sklocus.cli._tables import read_evaluations, read_queries, write_table
 from sklocus.encoders import SentenceEncoder
 
@@ -61,7 +61,7 @@ def run_suggest(arguments):
     setting = _read(arguments, [new])
     so_far = setting.new_models[new]
     estimator = ScoreEstimator(setting.embedder, random_state=arguments.random_state)
-    with encoding_cache(setting.embedder, arguments):
+    with run_settings(setting.embedder, arguments):
         estimator.fit(setting.references)
         chosen = estimator.suggest_queries(
             so_far,
@@ -92,7 +92,7 @@ def run_estimate(arguments):
         confidence=arguments.confidence,
         random_state=arguments.random_state,
     )
-    with encoding_cache(setting.embedder, arguments):
+    with run_settings(setting.embedder, arguments):
         estimator.fit(setting.references)
         frame = estimator.estimate_scores(
             list(setting.new_models.values()),

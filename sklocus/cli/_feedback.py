@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
 from sklocus._validation import shown
 from sklocus.cli._common import UserError, one_line, say
+from sklocus.cli._models import run_settings
 from sklocus.cli._tables import check_names, read_table, require_columns
 from sklocus.evaluations import _first_bad_score
 
@@ -76,16 +78,25 @@ def run_feedback(arguments):
         )
     models, queries, scores, group_of = _outcome_table(arguments, router)
     before = router._kept().sizes
+    touched = len(np.unique(models))
+    say(
+        f"Folding {len(models):,} outcomes into {touched} of the router's "
+        f"{len(router.classes_)} models, each embedded again from all its "
+        "evaluations..."
+    )
+    start = time.perf_counter()
     try:
-        router._learn(models, queries, scores, group_of)
+        # Saved afterwards: the settings of this run stay out of the file.
+        with run_settings(router, arguments):
+            router._learn(models, queries, scores, group_of)
     except (ValueError, TypeError, KeyError) as error:
         raise UserError(f"{arguments.outcomes}: {one_line(error)}") from None
+    elapsed = time.perf_counter() - start
     target = Path(arguments.output) if arguments.output is not None else path
     save(router, target)
-    touched = len(np.unique(models))
     new = int(router._kept().sizes.sum() - before.sum())
     say(
         f"Folded {len(models):,} outcomes of {touched} models into {target} "
-        f"({new:,} on queries new to their model)."
+        f"({new:,} on queries new to their model) in {elapsed:.1f} s."
     )
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from functools import partial
 from pathlib import Path
@@ -19,9 +18,9 @@ from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
 from sklocus._streaming import embed_parquet
 from sklocus.cli._common import (
-    ENCODING_CACHE_VARIABLE,
     PARQUET,
     UserError,
+    encoding_cache_folder,
     one_line,
     say,
 )
@@ -75,7 +74,7 @@ def run_fit(arguments):
         f"from {evaluations.source}..."
     )
     start = time.perf_counter()
-    with encoding_cache(embedder, arguments):
+    with run_settings(embedder, arguments):
         embedder.fit(evaluations.sets)
     elapsed = time.perf_counter() - start
     say(_training_summary(embedder, elapsed))
@@ -120,32 +119,62 @@ def checked_embedder(embedder, path):
     return embedder
 
 
-def _sentence_encoders(embedder):
-    found = [
-        getattr(embedder, name, None) for name in ("query_encoder", "query_encoder_")
-    ]
-    return [encoder for encoder in found if isinstance(encoder, SentenceEncoder)]
+def _parts(estimator):
+    """Return the LocusEmbedders and SentenceEncoders of a router or embedder."""
+    found, seen, todo = [], set(), [estimator]
+    while todo:
+        part = todo.pop()
+        if part is None or id(part) in seen:
+            continue
+        seen.add(id(part))
+        if isinstance(part, LocusEmbedder | SentenceEncoder):
+            found.append(part)
+        # A router's embedders, a FrozenEstimator's estimator, an embedder's
+        # query encoders.
+        for name in ("embedder", "embedder_", "estimator"):
+            todo.append(getattr(part, name, None))
+        if isinstance(part, LocusEmbedder):
+            todo.extend([part.query_encoder, getattr(part, "query_encoder_", None)])
+    return found
 
 
 @contextlib.contextmanager
-def encoding_cache(embedder, arguments):
-    """Let the embedder's sentence encoders use ``--encoding-cache`` meanwhile.
+def run_settings(estimator, arguments):
+    """Let the estimator report progress and use the encoding cache meanwhile.
 
-    The folder is this machine's: it is put back as it was afterwards (also on
-    an encoder that fitting created), so no model file carries it.
+    Its sentence encoders report how many texts came from the cache and how
+    the encoding of the others advances, and keep their encodings in the
+    folder of :func:`~sklocus.cli._common.encoding_cache_folder`; its
+    embedders report long embeddings and refinements (``verbose=1``, unless
+    ``--quiet``). These are this run's and this machine's settings: each is
+    put back as it was afterwards (also on an encoder that fitting created),
+    so no model file carries them.
     """
-    folder = arguments.encoding_cache or os.environ.get(ENCODING_CACHE_VARIABLE)
-    encoders = _sentence_encoders(embedder)
-    before = {id(encoder): encoder.cache_dir for encoder in encoders}
-    original = next(iter(before.values()), None)
-    if folder:
-        for encoder in encoders:
-            encoder.set_params(cache_dir=folder)
+    folder = encoding_cache_folder(arguments)
+    quiet = getattr(arguments, "quiet", False)
+
+    def wanted(part):
+        if isinstance(part, SentenceEncoder):
+            return {"cache_dir": folder, "show_progress": True}
+        return {} if quiet else {"verbose": 1}
+
+    parts = _parts(estimator)
+    before = {
+        id(part): {name: getattr(part, name) for name in wanted(part)} for part in parts
+    }
+    for part in parts:
+        part.set_params(**wanted(part))
     try:
         yield
     finally:
-        for encoder in _sentence_encoders(embedder):
-            encoder.set_params(cache_dir=before.get(id(encoder), original))
+        # A part created meanwhile (fit's encoder, when given by name) takes
+        # what the first part of its kind had.
+        first_of_kind = {}
+        for part in reversed(parts):
+            first_of_kind[isinstance(part, SentenceEncoder)] = before[id(part)]
+        for part in _parts(estimator):
+            kind = isinstance(part, SentenceEncoder)
+            part.set_params(**before.get(id(part), first_of_kind.get(kind, {})))
 
 
 def teach_queries(embedder, arguments, evaluations):
@@ -183,7 +212,7 @@ def run_embed(arguments):
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
-    with encoding_cache(embedder, arguments):
+    with run_settings(embedder, arguments):
         Z = embedder.transform(evaluations.sets)
     frame = pd.DataFrame(
         {
@@ -278,7 +307,7 @@ def run_embed_streaming(arguments):
         batch_models=arguments.batch_models,
     )
     try:
-        with encoding_cache(embedder, arguments):
+        with run_settings(embedder, arguments):
             n_models = write_atomically(output, embed)
     except (KeyError, ValueError, TypeError, OSError) as error:
         raise UserError(f"{source}: {one_line(error)}") from None
@@ -318,7 +347,7 @@ def run_route(arguments):
         pool_groups = per_query(
             evaluations, arguments.query_column, arguments.group_column
         )
-    with encoding_cache(embedder, arguments):
+    with run_settings(embedder, arguments):
         router = build_router(
             embedder,
             evaluations,

@@ -51,7 +51,8 @@ def build_parser():
     parser = Parser(
         prog="sklocus",
         description=DESCRIPTION,
-        epilog="Progress bars are drawn only when standard error is a terminal.",
+        epilog="Steps that take a while report their progress on standard error: "
+        "one line redrawn on a terminal, a few plain lines in a log or a pipe.",
     )
     parser.add_argument("--version", action="version", version=f"sklocus {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -88,7 +89,6 @@ def _add_model_commands(commands):
     )
     add_table_options(fit)
     encoding = add_vector_options(fit)
-    add_encoding_cache_option(encoding)
     encoding.add_argument(
         "--encoder",
         default="all-MiniLM-L6-v2",
@@ -97,6 +97,7 @@ def _add_model_commands(commands):
         "texts when no vectors are given (default: all-MiniLM-L6-v2, installed "
         "with sklocus)",
     )
+    add_encoding_cache_option(fit)
     training = fit.add_argument_group("training")
     training.add_argument(
         "--set",
@@ -128,7 +129,8 @@ def _add_model_commands(commands):
     embed.add_argument("evals", metavar="EVALS", help="the evaluations to embed")
     add_output_option(embed, required=True, what="the embedding table")
     add_table_options(embed)
-    add_encoding_cache_option(add_vector_options(embed))
+    add_vector_options(embed)
+    add_encoding_cache_option(embed)
     embed.add_argument(
         "--cost-column",
         metavar="COL",
@@ -168,7 +170,8 @@ def _add_model_commands(commands):
     route.add_argument("queries", metavar="QUERIES", help="the queries to route")
     add_output_option(route, required=True, what="the routes")
     add_table_options(route)
-    add_encoding_cache_option(add_vector_options(route))
+    add_vector_options(route)
+    add_encoding_cache_option(route)
     choice = route.add_argument_group("choice")
     choice.add_argument(
         "-k",
@@ -239,7 +242,8 @@ def _add_new_model_inputs(parser, *, evals, queries, output, title, groups):
     parser.add_argument("queries", metavar="QUERIES", help=queries)
     add_output_option(parser, required=True, what=output)
     add_table_options(parser)
-    add_encoding_cache_option(add_vector_options(parser))
+    add_vector_options(parser)
+    add_encoding_cache_option(parser)
     group = parser.add_argument_group(title)
     group.add_argument(
         "--group-column",
@@ -445,7 +449,8 @@ def _add_report_command(commands):
         "-o", "--output", required=True, metavar="FILE.html", help="the page to write"
     )
     add_table_options(report)
-    add_encoding_cache_option(add_vector_options(report))
+    add_vector_options(report)
+    add_encoding_cache_option(report)
     page = report.add_argument_group("the map")
     page.add_argument(
         "--group-column",
@@ -512,6 +517,12 @@ def _add_serve_command(commands):
     )
     add_table_options(serve)
     add_vector_options(serve)
+    add_encoding_cache_option(
+        serve,
+        " The server uses it while it builds the router and, with "
+        "--feedback-journal, loads the encodings of the pool's queries; routed "
+        "queries are not added to it.",
+    )
     server = serve.add_argument_group("server")
     server.add_argument(
         "--host",
@@ -673,6 +684,11 @@ def _add_feedback_command(commands):
         help="each query's group, for a router fitted with query groups: a query "
         "new to the router takes it; another group for a query it knows is an "
         "error",
+    )
+    add_encoding_cache_option(
+        feedback,
+        " Each model with outcomes is embedded again from all its queries, whose "
+        "texts the router's encoder encodes.",
     )
     feedback.set_defaults(run="_feedback:run_feedback")
 

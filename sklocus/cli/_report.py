@@ -9,7 +9,7 @@ from sklocus.cli._common import (
     UserError,
     say,
 )
-from sklocus.cli._models import encoding_cache, load_embedder, teach_queries
+from sklocus.cli._models import load_embedder, run_settings, teach_queries
 from sklocus.cli._tables import (
     per_model,
     per_query,
@@ -57,7 +57,7 @@ def run_report(arguments):
     test_queries = None
     if arguments.test_queries is not None:
         test_queries = [line.strip() for line in read_lines(arguments.test_queries)]
-    with encoding_cache(embedder, arguments):
+    with run_settings(embedder, arguments):
         write_atomically(
             output,
             lambda temporary: write_map(

@@ -12,10 +12,16 @@ from sklocus.cli._common import (
     UserError,
     say,
 )
-from sklocus.cli._models import build_router, checked_embedder, teach_queries
+from sklocus.cli._models import (
+    build_router,
+    checked_embedder,
+    run_settings,
+    teach_queries,
+)
 from sklocus.cli._parsers import TOKEN_VARIABLE
 from sklocus.cli._tables import per_query, read_evaluations
 from sklocus.serve._journal import FeedbackJournal, JournalError
+from sklocus.serve._request import query_encoder
 from sklocus.serve._service import router_thread
 
 
@@ -63,18 +69,23 @@ def _router_from(arguments):
             raise UserError(str(error)) from None
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
+    say(
+        f"Building the router over the {len(evaluations.sets)} models of "
+        f"{evaluations.source}..."
+    )
     # Built on the thread that will route with it: torch keeps a pool of OpenMP
     # threads per calling thread, and a second pool would slow every route.
-    router = router_thread.call(
-        build_router,
-        embedder,
-        evaluations,
-        arguments.cost_weight,
-        _pool_groups(arguments, evaluations),
-        arguments.min_probability,
-        arguments.budget,
-        arguments.calibration,
-    )
+    with run_settings(embedder, arguments):
+        router = router_thread.call(
+            build_router,
+            embedder,
+            evaluations,
+            arguments.cost_weight,
+            _pool_groups(arguments, evaluations),
+            arguments.min_probability,
+            arguments.budget,
+            arguments.calibration,
+        )
     target = None
     if arguments.router_file is not None:
         # Checked with every output before any work (cli.check_outputs).
@@ -82,6 +93,24 @@ def _router_from(arguments):
         save(router, target)
         say(f"Saved the router of {len(router.classes_)} models to {target}.")
     return router, target
+
+
+def _load_pool_encodings(router, arguments):
+    """Encode the pool's queries now, from the encoding cache where it has them.
+
+    Learning from an outcome embeds its model again from all its queries.
+    Their encodings are kept in memory from here on, so that no fold (at start
+    or while serving) encodes them again. The disk cache serves only this
+    start: while serving, the router holds no settings of this run, which a
+    write-back would save in the model file, and routed queries do not grow
+    the cache.
+    """
+    queries = getattr(router, "evaluation_queries_", None)
+    if queries is None:  # a file too old to learn from: the service says so
+        return
+    encoder = query_encoder(router)
+    with run_settings(router, arguments):
+        router_thread.call(encoder.transform, queries.tolist())
 
 
 def _pool_groups(arguments, evaluations):
@@ -130,16 +159,27 @@ def run_serve(arguments):
     except ImportError as error:
         raise UserError(str(error)) from None
     token = _token(arguments)
-    router, target = _router_from(arguments)
-    if arguments.write_back and target is None:
+    # Refused before the router is built, which may take minutes.
+    if (
+        arguments.write_back
+        and arguments.evals is not None
+        and arguments.router_file is None
+    ):
         raise UserError(
             "argument --write-back: needs a router file to write to; give "
             "--router-file, or serve a router file"
         )
+    router, target = _router_from(arguments)
     if arguments.exploration is not None:
         chosen = arguments.exploration
         router.set_params(exploration=None if chosen == "none" else chosen)
     before = router.evaluation_counts_.sum()
+    if arguments.feedback_journal is not None:
+        _load_pool_encodings(router, arguments)
+        say(
+            f"Learning the outcomes of {arguments.feedback_journal} that the "
+            "router does not hold yet..."
+        )
     try:
         service = RouterService(
             router,
@@ -155,6 +195,8 @@ def run_serve(arguments):
     learnt = int(service.router.evaluation_counts_.sum() - before)
     if learnt:
         say(f"Learnt {learnt:,} outcomes from {arguments.feedback_journal}.")
+    elif arguments.feedback_journal is not None:
+        say("The router held them all already.")
     try:  # before the warm-up: a port in use is known at once
         listener = listen(arguments.host, arguments.port)
     except OSError as error:

@@ -22,6 +22,7 @@ from sklocus._files import write_atomically
 from sklocus._validation import has_control_character
 from sklocus.cli._common import (
     UserError,
+    encoding_cache_folder,
     one_line,
     table_kind,
     unknown_table,
@@ -117,6 +118,9 @@ def check_outputs(arguments):
     An input is the same file however it is spelled: through a link, or a
     detour through another folder.
     """
+    if hasattr(arguments, "no_encoding_cache"):
+        # The cache is written as the run goes: a bad folder fails now too.
+        encoding_cache_folder(arguments)
     for name, option in OUTPUTS.items():
         output = getattr(arguments, name, None)
         if output is None:

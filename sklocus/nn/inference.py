@@ -119,7 +119,16 @@ def _set_codes_and_scores(ragged):
     return codes, scores
 
 
-def embed_sets(encoder, ragged, vectors, *, embedding_dim, device, precision="float32"):
+def embed_sets(
+    encoder,
+    ragged,
+    vectors,
+    *,
+    embedding_dim,
+    device,
+    precision="float32",
+    progress=None,
+):
     """Forward-pass embeddings of every set, in the network's own units.
 
     Parameters
@@ -132,6 +141,8 @@ def embed_sets(encoder, ragged, vectors, *, embedding_dim, device, precision="fl
         The encoder's output width.
     device : str
     precision : str, default="float32"
+    progress : callable, default=None
+        Called with the number of sets of each batch once it is embedded.
 
     Returns
     -------
@@ -148,10 +159,14 @@ def embed_sets(encoder, ragged, vectors, *, embedding_dim, device, precision="fl
         ):
             z = encoder.embed_projected(projected, batch_codes, batch_scores, mask)
             out[batch] = z.float().cpu().numpy()
+            if progress is not None:
+                progress(len(batch))
     return out
 
 
-def refine_sets(predictor, ragged, vectors, embeddings, *, device, **settings):
+def refine_sets(
+    predictor, ragged, vectors, embeddings, *, device, progress=None, **settings
+):
     """Refine ``embeddings`` in place on each set's own evaluations.
 
     Parameters
@@ -163,6 +178,8 @@ def refine_sets(predictor, ragged, vectors, embeddings, *, device, **settings):
     embeddings : ndarray of shape (n_sets, embedding_dim), float32
         Forward-pass embeddings in the network's own units; overwritten.
     device : str
+    progress : callable, default=None
+        Called with the number of sets of each batch once it is refined.
     **settings
         ``steps``, ``penalty`` and ``step_size`` of
         :func:`~sklocus.nn.refinement.refine_embeddings`.
@@ -186,6 +203,8 @@ def refine_sets(predictor, ragged, vectors, embeddings, *, device, **settings):
             **settings,
         )
         embeddings[batch] = z.cpu().numpy()
+        if progress is not None:
+            progress(len(batch))
 
 
 def score_own_queries(
