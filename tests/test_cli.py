@@ -664,6 +664,19 @@ def test_query_texts_are_encoded_and_new_ones_routed(workspace, capsys):
     assert set(routes["model_2"]) <= set(data.model_names)
 
 
+def test_texts_that_no_encoder_reads_are_said_to_be_unused(workspace, capsys):
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    table["prompt"] = "Question " + table["query"] + "?"
+    table.to_csv(folder / "prompted.csv", index=False)
+    # The model file looks queries up in its precomputed vectors.
+    embed = ("embed", "model.sklocus", "prompted.csv", "-o", "prompted_emb.csv")
+    run = in_process(*embed, "--text-column", "prompt", cwd=folder, capsys=capsys)
+    succeeded(run)
+    assert "--text-column: the queries are looked up by id" in run.stderr
+    assert "texts of column 'prompt' are not used" in run.stderr
+
+
 def test_encoding_cache_keeps_text_encodings_for_later_runs(
     workspace, capsys, monkeypatch
 ):

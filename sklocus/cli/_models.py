@@ -62,6 +62,8 @@ def run_fit(arguments):
         encoder = SentenceEncoder(
             model=arguments.encoder, device=arguments.device, texts=evaluations.texts
         )
+    else:
+        _say_if_texts_unused(arguments, encoder)
     embedder = LocusEmbedder(
         query_encoder=encoder,
         device=arguments.device,
@@ -231,6 +233,7 @@ def teach_queries(embedder, arguments, evaluations):
     """
     lookup = read_query_vectors(arguments) or evaluations.encoder
     encoder = embedder.query_encoder_
+    _say_if_texts_unused(arguments, lookup or encoder)
     if isinstance(lookup, PrecomputedEncoder):
         vectors = np.asarray(lookup.vectors)
         if vectors.shape[1] != embedder.query_dim_:
@@ -249,6 +252,16 @@ def teach_queries(embedder, arguments, evaluations):
         embedder.query_encoder_ = lookup.fit()
     elif isinstance(encoder, SentenceEncoder) and evaluations.texts:
         encoder.set_params(texts={**(encoder.texts or {}), **evaluations.texts})
+
+
+def _say_if_texts_unused(arguments, encoder):
+    """Say so when ``--text-column`` gives texts that no encoder will read."""
+    column = getattr(arguments, "text_column", None)
+    if column is not None and isinstance(encoder, PrecomputedEncoder):
+        say(
+            f"--text-column: the queries are looked up by id in precomputed vectors, "
+            f"so the texts of column {column!r} are not used."
+        )
 
 
 def run_embed(arguments):
