@@ -794,6 +794,11 @@ def test_fit_route_and_report_say_the_same_routing_accuracy(workspace, capsys):
     assert f"1 of the {len(held_out) + 1} queries of held.txt" in fit.stderr
     route = ("route", "held.sklocus", "evals.csv", "queries.csv", "-o", "held.csv")
     route = succeeded(in_process(*route, *test, cwd=folder, capsys=capsys))
+    # Routes that leave a model out are measured without it too.
+    excluded = ("route", "held.sklocus", "evals.csv", "queries.csv", "-o", "ex.csv")
+    excluded += ("--exclude", data.model_names[0], *test)
+    (line,) = routing_lines(succeeded(in_process(*excluded, cwd=folder, capsys=capsys)))
+    assert f"among 29 models on the {len(held_out)} held-out queries" in line
     report = ("report", "held.sklocus", "evals.csv", "-o", "held.html")
     report = succeeded(in_process(*report, *test, cwd=folder, capsys=capsys))
     said = {tuple(routing_lines(run)) for run in (fit, route, report)}

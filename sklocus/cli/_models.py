@@ -104,15 +104,12 @@ def training_summary(embedder, elapsed, hint):
     history = embedder.history_
     epochs = len(history)
     epoch_time = sum(row["dur"] for row in history)
-    spent = f"Trained in {elapsed:.0f} s"
-    encoding = getattr(embedder, "encoding_time_", None)
-    if encoding is not None:
-        rest = max(elapsed - encoding - epoch_time, 0.0)
-        spent += (
-            f": {encoding:.0f} s encoding the queries, {epoch_time:.0f} s in "
-            f"{epochs} epoch{'s' * (epochs != 1)}, {rest:.0f} s on the rest"
-        )
-    lines = [spent + "."]
+    rest = max(elapsed - embedder.encoding_time_ - epoch_time, 0.0)
+    lines = [
+        f"Trained in {elapsed:.0f} s: {embedder.encoding_time_:.0f} s encoding the "
+        f"queries, {epoch_time:.0f} s in {epochs} epoch{'s' * (epochs != 1)}, "
+        f"{rest:.0f} s on the rest."
+    ]
     losses = [row.get("valid_loss") for row in history]
     if any(loss is not None for loss in losses):
         best = int(np.nanargmin([np.nan if v is None else v for v in losses]))
@@ -127,10 +124,10 @@ def training_summary(embedder, elapsed, hint):
 
 
 def _stop_sentence(embedder, epochs, hint):
-    """Why training stopped (``embedder.stop_reason_``), with a hint at the cap."""
-    reason = getattr(embedder, "stop_reason_", None)
-    patience = embedder.patience
+    """Say why training stopped (``embedder.stop_reason_``), with a hint at the cap."""
+    reason = embedder.stop_reason_
     if reason == "early_stopping":
+        patience = embedder.patience
         return (
             f"Stopped early at epoch {epochs}: the validation loss had not improved "
             f"for {patience} epochs (patience={patience})."
@@ -141,17 +138,15 @@ def _stop_sentence(embedder, epochs, hint):
             f"loss still falling; {hint.format(2 * epochs)} may fit better, at "
             "about twice the training time."
         )
-    if reason == "max_epochs":
-        validated = embedder.history_[-1].get("valid_loss") is not None
-        if validated and epochs > 1:
-            return (
-                f"Stopped at the epoch cap, {epochs} of {epochs}, with the validation "
-                "loss no longer falling."
-            )
-        return f"Stopped at the epoch cap, {epochs} of {epochs}."
     if reason == "callback":
         return f"Stopped at epoch {epochs} by a callback."
-    return f"Stopped after {epochs} epochs."
+    validated = "valid_loss" in embedder.history_[-1]
+    if validated and epochs > 1:
+        return (
+            f"Stopped at the epoch cap, {epochs} of {epochs}, with the validation "
+            "loss no longer falling."
+        )
+    return f"Stopped at the epoch cap, {epochs} of {epochs}."
 
 
 def routing_line(router, held, groups=None, exclude=None):
