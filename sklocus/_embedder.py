@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import time
 
 import numpy as np
 import torch
@@ -44,6 +45,7 @@ from sklocus.nn.training import (
     ModelSetDataset,
     draws_per_model,
     interrupts_noticed,
+    stop_reason,
 )
 
 # Clusters of training queries that query_novelty measures distances to.
@@ -301,6 +303,19 @@ class LocusEmbedder(
         None when the fit held none out, and after fine-tuning (``warm_start``),
         which may have trained on any. A router chooses its query heads' blend on
         them, where LOCUS is not in-sample.
+    stop_reason_ : str
+        Why training ended: ``"early_stopping"`` (the validation loss had not
+        improved for ``patience`` epochs), ``"max_epochs"`` (the cap was reached
+        with the validation loss no longer falling, or with no validation),
+        ``"max_epochs_improving"`` (the cap was reached while the validation loss
+        still fell: the last epoch was the best, and a larger ``max_epochs`` may
+        fit better) or ``"callback"`` (one of ``callbacks`` ended it). Not a
+        warning: the default cap on small pools is reached with the loss still
+        falling by design, as more epochs routed no better there
+        (docs/research/budget.md); ``sklocus fit`` prints it with a hint.
+    encoding_time_ : float
+        Seconds ``fit`` spent encoding the training queries (the epochs' own
+        durations are ``history_[:, "dur"]``).
     embedding_scale_ : float
         Median Euclidean distance between two training models' forward-pass
         embeddings (of up to 1,024 of them), in the network's own units.
@@ -489,7 +504,11 @@ class LocusEmbedder(
             if isinstance(encoder, str):
                 encoder = SentenceEncoder(model=encoder, device=self.device)
             self.query_encoder_ = check_query_encoder(encoder)
+        start = time.perf_counter()
         vectors = self._encode(ragged.queries, fitted=previous is not None)
+        # Apart from the epochs' own durations in history_: encoding thousands of
+        # texts can take longer than the training, and is cached across runs.
+        self.encoding_time_ = time.perf_counter() - start
         self.query_dim_ = vectors.shape[1]
         self.device_ = resolve_device(self.device)
 
@@ -534,6 +553,7 @@ class LocusEmbedder(
                 self.query_centroids_, self.query_radius_ = previous_queries
             raise KeyboardInterrupt
         self.net_ = net
+        self.stop_reason_ = stop_reason(net)
         release_training_state(self.net_)
         self.validation_queries_ = None
         if previous is None:  # fine-tuning may have trained on any query

@@ -42,8 +42,8 @@ class KeptEvaluations(NamedTuple):
         """Return the model of each evaluation, ``(n_evaluations,)``."""
         return np.repeat(np.arange(len(self.offsets) - 1), self.sizes)
 
-    def n_outcomes(self):
-        """Count each model's outcomes (a repeated pair counts each time)."""
+    def n_scores(self):
+        """Count the scores each model's embedding averages (a pair's every one)."""
         n_models = len(self.offsets) - 1
         found = np.bincount(self.owners(), weights=self.counts, minlength=n_models)
         return found.astype(np.int64)

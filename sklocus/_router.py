@@ -58,6 +58,7 @@ from sklocus.evaluations import (
     to_matrix,
 )
 from sklocus.geometry import model_distances
+from sklocus.metrics import routing_accuracy
 from sklocus.nn.uncertainty import logit_stds, posterior_factors
 
 # predict and friends work through the queries in chunks of this many, so that
@@ -1397,25 +1398,16 @@ class LocusRouter(VersionStampMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "embeddings_")
         queries = as_query_list(X)
         scores, _ = _score_table(Y, queries, self.classes_)
-        chosen = self.predict(queries, query_groups=query_groups, explore=False)
-        column = {name: j for j, name in enumerate(self.classes_)}
-        picked = scores[np.arange(len(queries)), [column[c] for c in chosen]]
-        observed = ~np.isnan(picked)
-        if not observed.any():
-            raise ValueError(
-                "no query's chosen model has an observed score in Y; routing accuracy "
-                "is undefined"
+        # Routed as predict routes without exploring: by the utilities of the
+        # router's policy, which routing_accuracy chooses from as predict does.
+        cost_weight, min_probability = self._policy(None, None)
+        utilities = np.empty(scores.shape)
+        for start, probabilities, _ in self._chunks(queries, query_groups):
+            rows = slice(start, start + len(probabilities))
+            utilities[rows] = self._utility(
+                probabilities.astype(np.float64), cost_weight, min_probability
             )
-        weights = None
-        if sample_weight is not None:
-            weights = np.asarray(sample_weight, dtype=np.float64)
-            if weights.shape != (len(queries),):
-                raise ValueError(
-                    f"sample_weight has shape {weights.shape}; give one weight per "
-                    f"query ({len(queries)})"
-                )
-            weights = weights[observed]
-        return float(np.average(picked[observed], weights=weights))
+        return routing_accuracy(scores.T, utilities.T, sample_weight=sample_weight)
 
     def _correctness_pairs(self, X, Y):
         """Observed scores of Y and predicted probabilities, as two matrices.

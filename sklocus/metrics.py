@@ -269,12 +269,14 @@ def get_scorer(name):
     return _CorrectnessScorer(name)
 
 
-def routing_accuracy(scores, probabilities):
+def routing_accuracy(scores, probabilities, *, sample_weight=None):
     """Mean observed score of the model each query is routed to.
 
     Each query goes to the model of highest predicted probability, near-ties to
     the one listed first (:func:`best_models`). Queries whose chosen model was not
-    evaluated on them are left out.
+    evaluated on them are left out. Every routing accuracy sklocus reports (the
+    router's ``score``, the model map, ``sklocus fit``, ``route`` and ``report``
+    with ``--test-queries``, the demo) is this function's.
 
     Read more in the :ref:`User Guide <held_out_metrics>`.
 
@@ -283,7 +285,10 @@ def routing_accuracy(scores, probabilities):
     scores : array-like of shape (n_models, n_queries)
         Observed scores, NaN where unobserved.
     probabilities : array-like of shape (n_models, n_queries)
-        Predicted probabilities of a correct answer.
+        Predicted probabilities of a correct answer, or any utility to route by
+        (``-inf`` rules a model out).
+    sample_weight : array-like of shape (n_queries,), default=None
+        Weights of the queries.
 
     Returns
     -------
@@ -303,7 +308,16 @@ def routing_accuracy(scores, probabilities):
             "no query's chosen model has an observed score; routing accuracy is "
             "undefined"
         )
-    return float(chosen[observed].mean())
+    weights = None
+    if sample_weight is not None:
+        weights = np.asarray(sample_weight, dtype=np.float64)
+        if weights.shape != chosen.shape:
+            raise ValueError(
+                f"sample_weight has shape {weights.shape}; give one weight per "
+                f"query ({len(chosen)})"
+            )
+        weights = weights[observed]
+    return float(np.average(chosen[observed], weights=weights))
 
 
 def reliability_curve(scores, probabilities, *, n_bins=10, strategy="uniform"):

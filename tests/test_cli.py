@@ -101,7 +101,9 @@ def test_fit_saves_a_model_file_and_summarises_training(workspace):
     folder, _, fit, _ = workspace
     assert (folder / "model.sklocus").is_file()
     assert "Training on 30 models and 150 queries" in fit.stderr
-    assert "Trained in" in fit.stderr and "1 epoch" in fit.stderr
+    assert "Trained in" in fit.stderr and "s in 1 epoch" in fit.stderr
+    assert "s encoding the queries" in fit.stderr
+    assert "Stopped at the epoch cap, 1 of 1." in fit.stderr
     assert "Saved the embedder to model.sklocus" in fit.stderr
     embedder = load_model_file(folder / "model.sklocus")
     assert embedder.embedding_dim == 16 and embedder.n_latents == 4
@@ -663,6 +665,19 @@ def test_query_texts_are_encoded_and_new_ones_routed(workspace, capsys):
     assert set(routes["model_2"]) <= set(data.model_names)
 
 
+def test_texts_that_no_encoder_reads_are_said_to_be_unused(workspace, capsys):
+    folder, data, *_ = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    table["prompt"] = "Question " + table["query"] + "?"
+    table.to_csv(folder / "prompted.csv", index=False)
+    # The model file looks queries up in its precomputed vectors.
+    embed = ("embed", "model.sklocus", "prompted.csv", "-o", "prompted_emb.csv")
+    run = in_process(*embed, "--text-column", "prompt", cwd=folder, capsys=capsys)
+    succeeded(run)
+    assert "--text-column: the queries are looked up by id" in run.stderr
+    assert "texts of column 'prompt' are not used" in run.stderr
+
+
 def test_encoding_cache_keeps_text_encodings_for_later_runs(
     workspace, capsys, monkeypatch
 ):
@@ -967,6 +982,112 @@ def test_report_writes_the_model_map(workspace, capsys):
         assert sum(params[shown["models"][i]] for i in chosen) <= budget
 
 
+def map_shown(path):
+    """The data a map page shows, read back from its HTML."""
+    page = path.read_text()
+    start = page.index('<script type="application/json" id="map-data">')
+    raw = page[page.index(">", start) + 1 : page.index("</script>", start)]
+    return json.loads(raw.replace("<\\/", "</"))
+
+
+def routing_lines(run):
+    return [line for line in run.stderr.splitlines() if "Routing accuracy" in line]
+
+
+def test_fit_route_and_report_say_the_same_routing_accuracy(workspace, capsys):
+    folder, data, *_ = workspace
+    evaluated = {q for e in data.evaluation_sets for q in e}
+    held_out = [q for q in data.query_ids[100:] if q in evaluated]
+    (folder / "held.txt").write_text("\n".join(held_out) + "\nnot-a-query\n")
+    vectors = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
+    test = ["--test-queries", "held.txt"]
+    fit = in_process(
+        "fit", "evals.csv", "-o", "held.sklocus", *vectors, *TINY, *test,
+        cwd=folder, capsys=capsys,
+    )  # fmt: skip
+    succeeded(fit)
+    assert f"Training on 30 models and {150 - len(held_out)} queries" in fit.stderr
+    # The query the file names and EVALS lacks is said, not silently dropped.
+    assert f"1 of the {len(held_out) + 1} queries of held.txt" in fit.stderr
+    route = ("route", "held.sklocus", "evals.csv", "queries.csv", "-o", "held.csv")
+    route = succeeded(in_process(*route, *test, cwd=folder, capsys=capsys))
+    # Routes that leave a model out are measured without it too.
+    excluded = ("route", "held.sklocus", "evals.csv", "queries.csv", "-o", "ex.csv")
+    excluded += ("--exclude", data.model_names[0], *test)
+    (line,) = routing_lines(succeeded(in_process(*excluded, cwd=folder, capsys=capsys)))
+    assert f"among 29 models on the {len(held_out)} held-out queries" in line
+    report = ("report", "held.sklocus", "evals.csv", "-o", "held.html")
+    report = succeeded(in_process(*report, *test, cwd=folder, capsys=capsys))
+    said = {tuple(routing_lines(run)) for run in (fit, route, report)}
+    assert len(said) == 1, said
+    (line,) = said.pop()
+    assert line.endswith(f"on the {len(held_out)} held-out queries of held.txt.")
+    # The page shows that figure for the whole pool, on the same queries.
+    portfolio = map_shown(folder / "held.html")["portfolio"]
+    assert line.startswith(f"Routing accuracy {portfolio['full_pool']:.1%} on")
+    assert portfolio["n_held_out"] == len(held_out)
+    # The router of route, scored by the library, says the same.
+    embedder = load_model_file(folder / "held.sklocus")
+    train = [
+        {q: s for q, s in e.items() if q not in set(held_out)}
+        for e in data.evaluation_sets
+    ]
+    router = LocusRouter(FrozenEstimator(embedder)).fit_evaluations(
+        train, data.model_names
+    )
+    held = [{q: e[q] for q in held_out if q in e} for e in data.evaluation_sets]
+    scores, _ = to_matrix(held, queries=held_out)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    assert line.startswith(f"Routing accuracy {router.score(held_out, Y):.1%} on")
+
+
+def test_group_options_that_find_no_group_say_so(workspace, tmp_path, capsys):
+    folder, data, *_ = workspace
+    benchmark = dict(zip(data.query_ids, data.benchmarks))
+    rows = [
+        (name, query, score)
+        for name, evaluations in zip(data.model_names, data.evaluation_sets)
+        for query, score in evaluations.items()
+    ]
+    pd.DataFrame(rows, columns=["model", "query_id", "score"]).to_parquet(
+        tmp_path / "responses.parquet"
+    )
+    pd.DataFrame(
+        {
+            "query_id": data.query_ids,
+            "query": [f"text {q}" for q in data.query_ids],
+            "benchmark": [f"b{benchmark[q]}" for q in data.query_ids],
+            "unused": None,
+        }
+    ).to_parquet(tmp_path / "queries.parquet")
+    np.save(tmp_path / "encodings_all-MiniLM-L6-v2.npy", data.query_vectors)
+    model = folder / "model.sklocus"
+    # A folder's query column is its ids, whatever the texts' column is named,
+    # so --group-column finds each query's group.
+    report = ("report", model, ".", "-o", "map.html", "--group-column", "benchmark")
+    succeeded(in_process(*report, cwd=tmp_path, capsys=capsys))
+    shown = map_shown(tmp_path / "map.html")
+    assert shown["groups"] == [f"b{b}" for b in range(5)]
+    assert all(len(row) == 5 for row in shown["accuracy"])
+    empty = ("report", model, ".", "-o", "empty.html", "--group-column", "unused")
+    line = one_line_error(empty, tmp_path, capsys)
+    assert line.startswith("sklocus report: error: argument --group-column: no query")
+    assert "column 'unused'" in line
+    # Routing by groups that QUERIES names and the pool lacks corrects nothing:
+    # route says so.
+    table = pd.read_csv(folder / "evals.csv")
+    table["benchmark"] = table["query"].map(benchmark)
+    table.to_csv(tmp_path / "grouped.csv", index=False)
+    pd.DataFrame({"query": data.query_ids[:5], "benchmark": "elsewhere"}).to_csv(
+        tmp_path / "others.csv", index=False
+    )
+    route = ("route", model, "grouped.csv", "others.csv", "-o", "routes.csv")
+    run = in_process(*route, "--group-column", "benchmark", cwd=tmp_path, capsys=capsys)
+    succeeded(run)
+    assert "--group-column: no query of others.csv has a group" in run.stderr
+    assert "routed without group corrections" in run.stderr
+
+
 def test_version_and_plain_help(capsys):
     run = succeeded(sklocus("--version", cwd="."))
     assert run.stdout.startswith("sklocus ")
@@ -988,9 +1109,13 @@ def test_version_and_plain_help(capsys):
 
 
 def test_demo_quick_reports_its_table(tmp_path):
-    run = succeeded(sklocus("demo", "--quick", "--epochs", "1", cwd=tmp_path))
+    run = succeeded(sklocus("demo", "--quick", "--epochs", "2", cwd=tmp_path))
     assert "120 synthetic models" in run.stdout
     assert "LOCUS" in run.stdout and "routing" in run.stdout
+    # What each column measures, and why training stopped.
+    assert "correctness: the share of the" in run.stdout
+    assert "routing: the mean observed score" in run.stdout
+    assert "Stopped " in run.stdout and "s in 2 epochs" in run.stdout
     # Not a terminal: no progress bar redraws, no colour codes.
     assert "\r" not in run.stdout + run.stderr
     assert "\x1b[" not in run.stdout + run.stderr

@@ -321,6 +321,54 @@ def test_history_callbacks_and_early_stopping(data):
     assert "valid_loss" not in no_validation.history_[-1]
 
 
+class StopAfterFirstEpoch(Callback):
+    """Ends training after one epoch, as a user's callback may."""
+
+    def on_epoch_end(self, net, **kwargs):
+        raise KeyboardInterrupt
+
+
+# A rate that changes nothing: the validation loss stays as it was, so early
+# stopping counts misses from the second epoch on.
+STILL = {"lr": 1e-9, "predictor_lr": 1e-9}
+
+
+@pytest.mark.parametrize(
+    "settings, reason, epochs",
+    [
+        ({**STILL, "max_epochs": 6, "patience": 1}, "early_stopping", 2),
+        ({**STILL, "max_epochs": 2}, "max_epochs", 2),
+        (
+            {"max_epochs": 3, "lr": 1e-3, "predictor_lr": 3e-3},
+            "max_epochs_improving",
+            3,
+        ),
+        ({"max_epochs": 2, "validation_fraction": None}, "max_epochs", 2),
+        ({"max_epochs": 1}, "max_epochs", 1),  # one epoch improves on nothing
+        (
+            {"max_epochs": 3, "callbacks": [("stop", StopAfterFirstEpoch())]},
+            "callback",
+            1,
+        ),
+    ],
+)
+def test_the_embedder_says_why_training_stopped(settings, reason, epochs):
+    data = make_evaluations(
+        n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8,
+        random_state=0,
+    )  # fmt: skip
+    params = {**TINY, "epoch_size": 64, **settings}
+    embedder = LocusEmbedder(query_encoder=data.encoder, **params)
+    embedder.fit(data.evaluation_sets)
+    assert embedder.stop_reason_ == reason
+    assert len(embedder.history_) == epochs
+    if reason == "max_epochs_improving":
+        losses = [row["valid_loss"] for row in embedder.history_]
+        assert losses[-1] == min(losses)
+    # Encoding is timed apart from the epochs, whose durations history_ keeps.
+    assert embedder.encoding_time_ >= 0
+
+
 def test_verbose_prints_progress(data, capsys):
     LocusEmbedder(
         query_encoder=data.encoder, **{**TINY, "max_epochs": 1, "verbose": 1}

@@ -254,7 +254,8 @@ def test_a_free_model_onboards_and_a_negative_cost_is_named(pool, client):
         "name": "free",
         "cost": 0.0,
         "n_evaluations": len(data.evaluation_sets[0]),
-        "n_outcomes": len(data.evaluation_sets[0]),
+        "n_scores": len(data.evaluation_sets[0]),
+        "n_outcomes": 0,
     }
     body = {"name": "dear", "evaluations": data.evaluation_sets[0], "cost": -1}
     response = client.post("/models", json=body)

@@ -121,3 +121,26 @@ def test_the_router_predicts_what_best_models_chooses(data):
     chosen = router.classes_[best_models(probabilities.T)]
     np.testing.assert_array_equal(router.predict(queries), chosen)
     assert "copy-of-0" not in set(chosen)
+
+
+def test_routing_accuracy_weighs_the_queries_it_can_score():
+    scores = [[1.0, 0.0, NAN], [0.0, 0.5, 1.0]]
+    probabilities = [[0.9, 0.8, 0.9], [0.1, 0.2, 0.1]]
+    # Query 2 goes to model 0, which has no score there: it is left out.
+    assert routing_accuracy(scores, probabilities) == 0.5
+    weighted = routing_accuracy(scores, probabilities, sample_weight=[3, 1, 100])
+    assert weighted == pytest.approx(0.75)
+    with pytest.raises(ValueError, match=r"sample_weight has shape \(2,\)"):
+        routing_accuracy(scores, probabilities, sample_weight=[1, 2])
+
+
+def test_the_router_scores_by_routing_accuracy(data):
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
+    router = LocusRouter(embedder).fit(queries, Y)
+    weights = np.arange(len(queries)) % 3
+    probabilities = router.predict_correctness(queries)
+    assert router.score(queries, Y, sample_weight=weights) == routing_accuracy(
+        scores, probabilities.T, sample_weight=weights
+    )

@@ -157,6 +157,28 @@ def test_loaded_estimators_keep_their_parameters_and_attributes(fitted, tmp_path
     )
 
 
+def test_how_training_went_is_kept_and_optional_in_older_files(fitted, tmp_path):
+    embedder = fitted["embedder"]
+    path = tmp_path / "embedder.sklocus"
+    sklocus.save(embedder, path)
+    loaded = sklocus.load(path)
+    assert loaded.stop_reason_ == embedder.stop_reason_
+    assert loaded.encoding_time_ == embedder.encoding_time_
+    # A file written before sklocus recorded them still loads, without them.
+    rewrite(
+        path,
+        lambda h: [
+            h["estimator"]["fitted"].pop(name)
+            for name in ("stop_reason_", "encoding_time_")
+        ],
+    )
+    older = sklocus.load(path)
+    assert not hasattr(older, "stop_reason_") and not hasattr(older, "encoding_time_")
+    rewrite(path, lambda h: h["estimator"]["fitted"].update(stop_reason_="bored"))
+    with pytest.raises(ModelFileError, match="stop_reason_ is 'bored', not one of"):
+        sklocus.load(path)
+
+
 def test_a_router_over_a_frozen_embedder_round_trips(fitted, data, tmp_path):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)

@@ -5,13 +5,17 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.frozen import FrozenEstimator
 from tiny import TINY_NETWORK
 
-from sklocus import CoverageGreedySelector, LocusEmbedder
-from sklocus.datasets import make_evaluations
+from sklocus import CoverageGreedySelector, LocusEmbedder, LocusRouter
+from sklocus.datasets import load_llmrouter, make_evaluations
+from sklocus.encoders import PrecomputedEncoder
 from sklocus.evaluations import to_matrix
 from sklocus.geometry import nearest_models
+from sklocus.metrics import routing_accuracy
 from sklocus.report import map_data
+from sklocus.report._assemble import default_sizes, routing_order
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +97,114 @@ def test_planted_copies_are_near_duplicates_both_ways(pool):
 
 
 def test_portfolios_grow_one_model_at_a_time_with_their_routing(pool):
-    _, _, _, page = pool
+    data, _, test, page = pool
     portfolio = page["portfolio"]
     assert portfolio["max_k"] == 12
-    for method in ("k-center", "coverage"):
+    # The page opens on the first method, greedy routing, at about sqrt(40).
+    assert list(portfolio["orders"]) == ["routing", "k-center", "coverage"]
+    assert portfolio["default_k"] == 6
+    evaluated = {q for e in data.evaluation_sets for q in e}
+    assert portfolio["n_held_out"] == len(set(test) & evaluated)
+    for method in ("routing", "k-center", "coverage"):
         order = portfolio["orders"][method]
         assert len(order) == 12 and len(set(order)) == 12
         routing = portfolio["routing"][method]
         assert len(routing) == 12 and all(0 <= r <= 1 for r in routing)
     assert 0 < portfolio["full_pool"] <= 1
+
+
+def test_the_maps_routing_is_the_routers_score_on_the_held_out_queries(trained, pool):
+    # The router sklocus route builds, over the evaluations outside the test
+    # queries, scored on them: the figure route and fit print.
+    data, test, train_sets, embedder = trained
+    router = LocusRouter(FrozenEstimator(embedder)).fit_evaluations(
+        train_sets, data.model_names
+    )
+    held = [
+        {q: s for q, s in e.items() if q in set(test)} for e in data.evaluation_sets
+    ]
+    scores, queries = to_matrix(held)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    portfolio = pool[3]["portfolio"]
+    assert portfolio["full_pool"] == round(router.score(queries, Y), 4)
+    first = portfolio["orders"]["k-center"][:3]
+    probabilities = router.predict_correctness(queries).T
+    expected = routing_accuracy(scores[first], probabilities[first])
+    assert portfolio["routing"]["k-center"][2] == round(expected, 4)
+
+
+def test_default_sizes_scale_with_the_pool():
+    assert default_sizes(2) == (2, 1)
+    assert default_sizes(9) == (3, 3)
+    assert default_sizes(112) == (8, 11)
+    assert default_sizes(5949) == (8, 50)
+    assert default_sizes(5949, max_portfolio=20) == (8, 20)
+
+
+def test_routing_order_starts_from_the_strongest_and_adds_what_routes_best():
+    scores = np.array(
+        [
+            [1.0, 1.0, 1.0, 0.0, 0.0, 0.0],  # strongest on half the queries
+            [0.0, 0.0, 0.0, 1.0, 1.0, 0.0],  # strong where model 0 is weak
+            [1.0, 1.0, 1.0, 0.0, 0.0, 0.0],  # a copy of model 0: adds nothing
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    # Probabilities that know where each model is right; the copy is as sure
+    # as the original, so routing never sends anything its way.
+    probabilities = 0.2 + 0.6 * scores
+    order = routing_order(scores, probabilities, max_k=4)
+    # Model 1 alone scores 2/6 to model 0's 3/6; with model 0 it lifts routing
+    # to 5/6, which the copy of model 0 and the weakest model leave as it is.
+    assert order[:2] == [0, 1]
+    assert sorted(order) == [0, 1, 2, 3]
+    # Each prefix routes as well as routing_accuracy says it does.
+    assert routing_accuracy(scores[order[:2]], probabilities[order[:2]]) == 5 / 6
+
+
+@pytest.fixture(scope="module")
+def llmrouter_map():
+    """The map of the 9 LLMRouter models, on the source's own test split.
+
+    The texts are not encoded (a minute and a half): each question gets a random
+    vector, and the embedder trains for a second. The routing portfolio's first
+    model is the strongest whatever the predictions are, which is what the
+    test below relies on.
+    """
+    data = load_llmrouter()
+    queries = data.queries["query_id"].tolist()
+    vectors = np.random.default_rng(0).normal(size=(len(queries), 8))
+    encoder = PrecomputedEncoder(queries, vectors.astype(np.float32))
+    test = set(data.queries.loc[data.queries["split"] == "test", "query_id"])
+    train = [
+        {q: s for q, s in e.items() if q not in test} for e in data.evaluation_sets
+    ]
+    embedder = LocusEmbedder(query_encoder=encoder, **TINY_NETWORK).fit(train)
+    page = map_data(
+        embedder.transform(train),
+        data.model_names,
+        evaluation_sets=data.evaluation_sets,
+        embedder=embedder,
+        test_queries=sorted(test),
+        convergence_sizes=(),
+    )
+    return data, train, page
+
+
+def test_the_default_portfolio_of_the_llmrouter_map_has_its_strongest_model(
+    llmrouter_map,
+):
+    data, train, page = llmrouter_map
+    accuracy = [np.mean(list(e.values())) for e in train]
+    strongest = int(np.argmax(accuracy))
+    assert data.model_names[strongest] == "llama-3.1-nemotron-51b-instruct"
+    portfolio = page["portfolio"]
+    assert portfolio["default_k"] == 3 and portfolio["n_held_out"] == 500
+    method = next(iter(portfolio["orders"]))  # the page's default
+    chosen = portfolio["orders"][method][: portfolio["default_k"]]
+    assert chosen[0] == strongest
+    # 9 models are coloured in 3 clusters, not 8.
+    assert len(page["color"]["labels"]) == 3
 
 
 def test_portfolios_within_a_ladder_of_budgets(pool):
@@ -211,6 +314,20 @@ def test_bad_input_is_named(change, message):
     arguments.update(change)
     with pytest.raises(ValueError, match=message):
         map_data(**arguments)
+
+
+def test_options_that_find_nothing_to_act_on_say_so(trained):
+    data, test, train_sets, embedder = trained
+    Z = embedder.transform(train_sets)
+    common = {"evaluation_sets": data.evaluation_sets, "convergence_sizes": ()}
+    # Groups keyed by something other than the evaluations' queries (their
+    # texts, say) would draw an empty chart.
+    with pytest.raises(ValueError, match="query_groups gives a group to none of"):
+        map_data(Z, data.model_names, query_groups={"text 1": "a"}, **common)
+    with pytest.raises(ValueError, match="none of the 2 test_queries is evaluated"):
+        map_data(
+            Z, data.model_names, embedder=embedder, test_queries=["x", "y"], **common
+        )
 
 
 def test_static_figures_of_families_and_convergence(pool):

@@ -81,6 +81,8 @@ def make_map_data(n_models, *, random_state=0, k_neighbours=5):
         "duplicates": duplicates,
         "portfolio": {
             "max_k": max_k,
+            "default_k": 3,
+            "n_held_out": 1250,
             "orders": orders,
             "routing": {
                 "k-center": [None] + [0.5 + 0.03 * k for k in range(1, max_k)],
@@ -276,6 +278,14 @@ def test_duplicates_are_listed(map_page, data):
     assert map_page.page.inner_text("#duplicates") == "No near-duplicates."
 
 
+def test_the_portfolio_opens_at_its_default_k_and_names_its_queries(map_page, data):
+    orders = data["portfolio"]["orders"]
+    assert map_page.page.input_value("#portfolio-k") == "3"
+    assert map_page.dataset("portfolio") == ",".join(map(str, orders["k-center"][:3]))
+    text = map_page.page.inner_text("#portfolio-queries")
+    assert text == "on the 1,250 held-out queries"
+
+
 def test_changing_k_changes_the_portfolio(map_page, data):
     orders = data["portfolio"]["orders"]
     map_page.page.select_option("#portfolio-method", "k-center")
@@ -381,6 +391,7 @@ def test_map_data_without_evaluations_opens_cleanly(browser, tmp_path):
         assert len(page.dataset("portfolio").split(",")) == 2
         assert page.page.inner_text("#portfolio-routing") == "—"
         assert page.page.inner_text("#portfolio-full") == "—"
+        assert page.page.inner_text("#portfolio-queries") == "(no held-out queries)"
         assert page.errors == []
         assert page.attempted_requests == []
     finally:

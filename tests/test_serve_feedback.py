@@ -99,7 +99,8 @@ def test_outcomes_are_on_disk_when_answered_and_folded_in_as_partial_fit(
     counts = pd.Series([o["model"] for o in outcomes]).value_counts()
     for name, entry in listed.items():
         initial = len(data.evaluation_sets[data.model_names.index(name)])
-        assert entry["n_outcomes"] == initial + counts.get(name, 0)
+        assert entry["n_scores"] == initial + counts.get(name, 0)
+        assert entry["n_outcomes"] == counts.get(name, 0)
     assert service.health()["feedback"] is True
     service.close()
 
@@ -245,7 +246,8 @@ def test_the_app_folds_as_outcomes_arrive_and_counts_them(pool, tmp_path):
         after = next(
             m for m in client.get("/models").json()["models"] if m["name"] == name
         )
-    assert after["n_outcomes"] == before["n_outcomes"] + 20
+    assert after["n_scores"] == before["n_scores"] + 20
+    assert (before["n_outcomes"], after["n_outcomes"]) == (0, 20)
     assert after["n_evaluations"] == len(
         set(data.evaluation_sets[2]) | set(data.query_ids[:20])
     )
@@ -297,7 +299,7 @@ def test_a_killed_server_loses_no_acknowledged_outcome(pool, router_file, tmp_pa
         health = httpx.get(f"{restarted.url}/health").json()
         assert health["pending_outcomes"] == 0
         listed = httpx.get(f"{restarted.url}/models").json()["models"]
-        served = sum(m["n_outcomes"] for m in listed)
+        served = sum(m["n_scores"] for m in listed)
         with sqlite3.connect(journal) as db:
             kept = db.execute("SELECT count(*) FROM outcomes").fetchone()[0]
         assert kept >= max(acknowledged)  # every acknowledged outcome was kept
@@ -350,7 +352,7 @@ def test_outcomes_of_a_model_removed_before_the_fold_are_passed_over(pool, tmp_p
     service.feedback(outcomes)
     service.remove_model(gone)
     assert service.fold() == 10 and service.pending_outcomes() == 0
-    counts = {m["name"]: m["n_outcomes"] for m in service.models()}
+    counts = {m["name"]: m["n_scores"] for m in service.models()}
     assert gone not in counts
     assert counts[kept] == len(data.evaluation_sets[1]) + 5
     service.close()
@@ -411,7 +413,8 @@ def test_a_router_built_afresh_at_each_start_learns_the_journal_again(pool, tmp_
         finally:
             served.stop()
         initial = sum(len(s) for s in data.evaluation_sets)
-        assert sum(m["n_outcomes"] for m in listed) == initial + 30, start
+        assert sum(m["n_scores"] for m in listed) == initial + 30, start
+        assert sum(m["n_outcomes"] for m in listed) == 30, start
 
 
 def test_the_service_called_directly_checks_scores_as_the_library_does(pool, tmp_path):

@@ -15,6 +15,7 @@ from sklocus._embedder import LocusEmbedder
 from sklocus._persistence._schema import (
     CLASSES,
     FITTED,
+    LATER,
     NESTED,
     OPTIONAL,
     accepts,
@@ -147,7 +148,7 @@ class Reader:
                 f"{where} ({cls.__name__}) lacks fitted attributes {sorted(missing)}"
             )
         for name, node in fitted.items():
-            kind = expected.get(name, OPTIONAL.get(name))
+            kind = expected.get(name, LATER.get(cls, {}).get(name, OPTIONAL.get(name)))
             if kind is None:
                 raise self.refuse(
                     f"{where} sets {name!r}, which is not a {cls.__name__} attribute"

@@ -20,6 +20,7 @@ from sklocus._selection import (
 from sklocus._validation import check_model_names
 from sklocus.calibration import ProbabilityCalibrator
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
+from sklocus.nn.training import STOP_REASONS
 
 NONE = type(None)
 
@@ -106,6 +107,9 @@ FITTED = {
 }
 # Fitted attributes that only some fits set (scikit-learn's, from a DataFrame).
 OPTIONAL = {"feature_names_in_": Array("OU", 1)}
+# Fitted attributes added since format 6: written whenever set, and optional on
+# reading, so that the files of earlier versions still load (without them).
+LATER = {LocusEmbedder: {"stop_reason_": str, "encoding_time_": float}}
 CLASSES = {cls.__name__: cls for cls in FITTED}
 # Parameters and attributes that hold an estimator, and the classes it may be.
 NESTED = {
@@ -151,6 +155,11 @@ def inconsistency(estimator):
             return f"embedding_scale_ is {estimator.embedding_scale_}; a fit gives > 0"
         if not 0 <= estimator.query_radius_ < np.inf:
             return f"query_radius_ is {estimator.query_radius_}; a fit gives >= 0"
+        reason = getattr(estimator, "stop_reason_", STOP_REASONS[0])
+        if reason not in STOP_REASONS:
+            return f"stop_reason_ is {reason!r}, not one of {list(STOP_REASONS)}"
+        if not 0 <= getattr(estimator, "encoding_time_", 0.0) < np.inf:
+            return f"encoding_time_ is {estimator.encoding_time_}; a fit gives >= 0"
     elif isinstance(estimator, LocusRouter):
         if not hasattr(estimator.embedder_, "net_"):
             return "its embedder_ is not fitted"

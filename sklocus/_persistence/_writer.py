@@ -11,7 +11,7 @@ import torch
 from skorch import NeuralNet
 from skorch.history import History
 
-from sklocus._persistence._schema import CLASSES, FITTED, OPTIONAL
+from sklocus._persistence._schema import CLASSES, FITTED, LATER, OPTIONAL
 
 # Array dtypes a safetensors file stores exactly.
 _STORABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
@@ -66,7 +66,10 @@ class Writer:
             if name.endswith("_") and not name.startswith("_") and name not in params
         }
         for name in fitted:
-            if name not in FITTED[cls].keys() | OPTIONAL.keys():
+            if (
+                name
+                not in FITTED[cls].keys() | LATER.get(cls, {}).keys() | OPTIONAL.keys()
+            ):
                 raise TypeError(
                     f"{where}.{name} is not a fitted attribute a {cls.__name__} model "
                     "file stores"

@@ -197,6 +197,18 @@ def encoding_cache_folder(arguments):
     return folder
 
 
+def add_test_queries_option(group, *, held_out_of):
+    """``--test-queries``: held-out queries, where routing accuracy is measured."""
+    group.add_argument(
+        "--test-queries",
+        metavar="FILE",
+        help="held-out queries, one per line: their evaluations are left out of "
+        f"{held_out_of}, and the routing accuracy of the pool's router is "
+        "measured on them and printed (the figure fit, route and report print "
+        "alike, from sklocus.metrics.routing_accuracy)",
+    )
+
+
 def add_vector_options(parser):
     """Options that give precomputed query vectors."""
     group = parser.add_argument_group(

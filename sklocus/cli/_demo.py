@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from sklocus._embedder import LocusEmbedder
+from sklocus.cli._models import training_summary
 from sklocus.cli._parsers import QUICK
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
@@ -121,8 +122,8 @@ def demo(
 
     say(
         "",
-        f"Trained in {trained:.0f} s ({len(embedder.history_)} epochs); onboarded "
-        f"{n_new} new models in {1000 * onboarded:.0f} ms with no training.",
+        training_summary(embedder, trained, hint="--epochs {}"),
+        f"Onboarded {n_new} new models in {1000 * onboarded:.0f} ms with no training.",
         "",
         f"{'New models, test queries':32}{'correctness':>12}{'routing':>10}",
     )
@@ -136,6 +137,14 @@ def demo(
         correctness = correctness_accuracy(scores, predicted)
         shown = "" if predicted is best_single else f"{correctness:.3f}"
         say(f"  {name:30}{shown:>12}{routing_accuracy(scores, predicted):>10.3f}")
+    n_pairs = int((~np.isnan(scores)).sum())
+    say(
+        f"correctness: the share of the {n_pairs:,} (new model, test query) pairs "
+        "where",
+        "  P(correct) >= 0.5 agrees with the observed score (>= 0.5);",
+        "routing: the mean observed score of the new model each test query is sent to,",
+        "  the one of highest P(correct) (sklocus.metrics.routing_accuracy).",
+    )
     say(
         "",
         "Nearest neighbours of a few new models (distance, 1 = a typical pair; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from functools import partial
 from pathlib import Path
@@ -29,6 +30,7 @@ from sklocus.cli._tables import (
     MODEL,
     SIZE,
     Evaluations,
+    hold_out,
     per_query,
     read_evaluations,
     read_queries,
@@ -59,6 +61,8 @@ def run_fit(arguments):
         encoder = SentenceEncoder(
             model=arguments.encoder, device=arguments.device, texts=evaluations.texts
         )
+    else:
+        _say_if_texts_unused(arguments, encoder)
     embedder = LocusEmbedder(
         query_encoder=encoder,
         device=arguments.device,
@@ -68,35 +72,103 @@ def run_fit(arguments):
     # Bad settings fail now, not after the announcement of a long training.
     embedder._validate_params()
     embedder._check_params()
+    evaluations, held = hold_out(arguments, evaluations)
     n_queries = len({query for evaluation in evaluations.sets for query in evaluation})
+    said = "" if held is None else f", {len(held.queries)} held out"
     say(
         f"Training on {len(evaluations.sets)} models and {n_queries} queries "
-        f"from {evaluations.source}..."
+        f"from {evaluations.source}{said}..."
     )
     start = time.perf_counter()
     with run_settings(embedder, arguments):
         embedder.fit(evaluations.sets)
     elapsed = time.perf_counter() - start
-    say(_training_summary(embedder, elapsed))
+    say(training_summary(embedder, elapsed, hint="--set max_epochs={}"))
+    if held is not None:
+        with run_settings(embedder, arguments):
+            router = build_router(embedder, evaluations)
+        say(routing_line(router, held))
     save(embedder, output)
     say(f"Saved the embedder to {output} ({output.stat().st_size / 2**20:.1f} MiB).")
     return 0
 
 
-def _training_summary(embedder, elapsed):
+def training_summary(embedder, elapsed, hint):
+    """Say how long training took, spent where, and why it stopped.
+
+    ``hint`` spells the setting of the most epochs on this command, with ``{}``
+    for a value (``"--set max_epochs={}"``): what to try when training stopped
+    at the cap while the validation loss still fell.
+    """
     history = embedder.history_
     epochs = len(history)
-    text = f"Trained in {elapsed:.0f} s, {epochs} epoch{'s' * (epochs != 1)}"
+    epoch_time = sum(row["dur"] for row in history)
+    rest = max(elapsed - embedder.encoding_time_ - epoch_time, 0.0)
+    lines = [
+        f"Trained in {elapsed:.0f} s: {embedder.encoding_time_:.0f} s encoding the "
+        f"queries, {epoch_time:.0f} s in {epochs} epoch{'s' * (epochs != 1)}, "
+        f"{rest:.0f} s on the rest."
+    ]
     losses = [row.get("valid_loss") for row in history]
     if any(loss is not None for loss in losses):
         best = int(np.nanargmin([np.nan if v is None else v for v in losses]))
-        text += (
-            f"; best validation loss {losses[best]:.4f} at epoch {best + 1} (kept), "
-            f"training loss {history[-1]['train_loss']:.4f} at the last"
+        lines.append(
+            f"Best validation loss {losses[best]:.4f} at epoch {best + 1} (kept); "
+            f"training loss {history[-1]['train_loss']:.4f} at the last."
         )
     else:
-        text += f"; training loss {history[-1]['train_loss']:.4f} at the last"
-    return text + "."
+        lines.append(f"Training loss {history[-1]['train_loss']:.4f} at the last.")
+    lines.append(_stop_sentence(embedder, epochs, hint))
+    return "\n".join(lines)
+
+
+def _stop_sentence(embedder, epochs, hint):
+    """Say why training stopped (``embedder.stop_reason_``), with a hint at the cap."""
+    reason = embedder.stop_reason_
+    if reason == "early_stopping":
+        patience = embedder.patience
+        return (
+            f"Stopped early at epoch {epochs}: the validation loss had not improved "
+            f"for {patience} epochs (patience={patience})."
+        )
+    if reason == "max_epochs_improving":
+        return (
+            f"Stopped at the epoch cap, {epochs} of {epochs}, with the validation "
+            f"loss still falling; {hint.format(2 * epochs)} may fit better, at "
+            "about twice the training time."
+        )
+    if reason == "callback":
+        return f"Stopped at epoch {epochs} by a callback."
+    validated = "valid_loss" in embedder.history_[-1]
+    if validated and epochs > 1:
+        return (
+            f"Stopped at the epoch cap, {epochs} of {epochs}, with the validation "
+            "loss no longer falling."
+        )
+    return f"Stopped at the epoch cap, {epochs} of {epochs}."
+
+
+def routing_line(router, held, groups=None, exclude=None):
+    """Say the routing accuracy of ``router`` on the held-out queries.
+
+    Every command that measures routing (fit, route, report) says it in these
+    words, from :meth:`LocusRouter.score`, which is
+    :func:`sklocus.metrics.routing_accuracy` on the routes ``predict`` takes.
+    ``exclude`` names models the routes leave out.
+    """
+    if exclude:
+        router = copy.copy(router)
+        router.remove_models(exclude)
+    query_groups = None
+    if groups is not None:
+        query_groups = [groups.get(query) for query in held.queries]
+    scores = held.scores[list(router.classes_)]
+    accuracy = router.score(held.queries, scores, query_groups=query_groups)
+    among = "" if not exclude else f" among {len(router.classes_)} models"
+    return (
+        f"Routing accuracy {accuracy:.1%}{among} on the {len(held.queries):,} "
+        f"held-out queries of {held.source}."
+    )
 
 
 def load_embedder(path):
@@ -185,6 +257,7 @@ def teach_queries(embedder, arguments, evaluations):
     """
     lookup = read_query_vectors(arguments) or evaluations.encoder
     encoder = embedder.query_encoder_
+    _say_if_texts_unused(arguments, lookup or encoder)
     if isinstance(lookup, PrecomputedEncoder):
         vectors = np.asarray(lookup.vectors)
         if vectors.shape[1] != embedder.query_dim_:
@@ -203,6 +276,16 @@ def teach_queries(embedder, arguments, evaluations):
         embedder.query_encoder_ = lookup.fit()
     elif isinstance(encoder, SentenceEncoder) and evaluations.texts:
         encoder.set_params(texts={**(encoder.texts or {}), **evaluations.texts})
+
+
+def _say_if_texts_unused(arguments, encoder):
+    """Say so when ``--text-column`` gives texts that no encoder will read."""
+    column = getattr(arguments, "text_column", None)
+    if column is not None and isinstance(encoder, PrecomputedEncoder):
+        say(
+            f"--text-column: the queries are looked up by id in precomputed vectors, "
+            f"so the texts of column {column!r} are not used."
+        )
 
 
 def run_embed(arguments):
@@ -336,6 +419,7 @@ def run_route(arguments):
     embedder = load_embedder(arguments.model)
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
+    evaluations, held = hold_out(arguments, evaluations)
     ids, queries, query_groups = read_queries(
         arguments.queries,
         arguments.query_column,
@@ -357,12 +441,17 @@ def run_route(arguments):
             arguments.budget,
             arguments.calibration,
         )
+        if pool_groups is not None:
+            _say_if_no_group_is_known(router, query_groups, arguments)
         models, probabilities = router.rank_models(
             queries,
             k=arguments.k,
             exclude=arguments.exclude or None,
             query_groups=query_groups,
         )
+        measured = None
+        if held is not None:
+            measured = routing_line(router, held, pool_groups, arguments.exclude)
     frame = pd.DataFrame({"query": ids, "model": models[:, 0]})
     for rank in range(models.shape[1]):
         frame[f"model_{rank + 1}"] = models[:, rank]
@@ -372,4 +461,25 @@ def run_route(arguments):
         f"Routed {len(frame)} queries among {len(router.classes_)} models to "
         f"{arguments.output}."
     )
+    if measured is not None:
+        say(measured)
     return 0
+
+
+def _say_if_no_group_is_known(router, query_groups, arguments):
+    """Say so when no query of QUERIES has a group the router corrects for.
+
+    The routes are then those without ``--group-column``, which the user would
+    otherwise not know.
+    """
+    known = {str(group) for group in router.groups_}
+    given = [group for group in query_groups if group is not None and group == group]
+    if any(str(group) in known for group in given):
+        return
+    found = f"such as {given[0]!r}" if given else "none"
+    say(
+        f"--group-column: no query of {arguments.queries} has a group of column "
+        f"{arguments.group_column!r} that EVALS has (QUERIES has {found}; EVALS has "
+        f"{len(known)}, such as {sorted(known)[0]!r}); routed without group "
+        "corrections."
+    )

@@ -15,6 +15,7 @@ from sklocus.cli._common import (
     add_metric_option,
     add_output_option,
     add_table_options,
+    add_test_queries_option,
     add_vector_options,
     integer_in,
     non_negative_number,
@@ -116,6 +117,7 @@ def _add_model_commands(commands):
     training.add_argument(
         "--quiet", action="store_true", help="print no line per training epoch"
     )
+    add_test_queries_option(training, held_out_of="training")
     fit.set_defaults(run="_models:run_fit")
 
     embed = commands.add_parser(
@@ -227,6 +229,7 @@ def _add_model_commands(commands):
         help="route with the weight of cost that gave the best quality at a mean "
         "cost per query of at most B on held-out evaluations (with --cost-column)",
     )
+    add_test_queries_option(choice, held_out_of="the pool")
     route.set_defaults(run="_models:run_route")
 
 
@@ -477,14 +480,13 @@ def _add_report_command(commands):
         "then also offers coverage within a budget (models with no value are "
         "left out of those portfolios)",
     )
+    add_test_queries_option(page, held_out_of="the embeddings and the router")
     page.add_argument(
-        "--test-queries",
-        metavar="FILE",
-        help="held-out queries, one per line: left out of the embeddings, and "
-        "where the portfolios' routing accuracy is measured",
-    )
-    page.add_argument(
-        "--n-clusters", type=integer_in(1), default=8, metavar="K", help="default: 8"
+        "--n-clusters",
+        type=integer_in(1),
+        metavar="K",
+        help="clusters to colour by (default: about the square root of the number "
+        "of models, from 2 to 8)",
     )
     page.add_argument("--title", default="Model map", help="the page's title")
     report.set_defaults(run="_report:run_report")

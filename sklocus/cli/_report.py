@@ -9,12 +9,18 @@ from sklocus.cli._common import (
     UserError,
     say,
 )
-from sklocus.cli._models import load_embedder, run_settings, teach_queries
+from sklocus.cli._models import (
+    build_router,
+    load_embedder,
+    routing_line,
+    run_settings,
+    teach_queries,
+)
 from sklocus.cli._tables import (
+    hold_out,
     per_model,
     per_query,
     read_evaluations,
-    read_lines,
     require_columns,
 )
 
@@ -54,10 +60,12 @@ def run_report(arguments):
             columns.append(arguments.cost_column)
     if columns:
         metadata = per_model(evaluations, arguments.model_column, columns)
-    test_queries = None
-    if arguments.test_queries is not None:
-        test_queries = [line.strip() for line in read_lines(arguments.test_queries)]
+    pool, held = hold_out(arguments, evaluations)
+    test_queries = None if held is None else held.queries
     with run_settings(embedder, arguments):
+        # The router route builds over the same pool: the map's routing figures
+        # are its, so that report and route say the same.
+        router = build_router(embedder, pool)
         write_atomically(
             output,
             lambda temporary: write_map(
@@ -65,17 +73,21 @@ def run_report(arguments):
                 embedder,
                 evaluations.model_names,
                 evaluations.sets,
+                router=router,
                 query_groups=groups,
                 metadata=metadata,
                 color=arguments.color,
                 test_queries=test_queries,
                 cost=arguments.cost_column,
-                n_clusters=arguments.n_clusters,
+                n_clusters=arguments.n_clusters or "auto",
                 title=arguments.title,
             ),
         )
+        measured = None if held is None else routing_line(router, held)
     say(
         f"Wrote the map of {len(evaluations.sets)} models to {output} "
         f"({output.stat().st_size / 2**20:.1f} MiB)."
     )
+    if measured is not None:
+        say(measured)
     return 0

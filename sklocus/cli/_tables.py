@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -24,10 +24,11 @@ from sklocus.cli._common import (
     UserError,
     encoding_cache_folder,
     one_line,
+    say,
     table_kind,
     unknown_table,
 )
-from sklocus.evaluations import from_long
+from sklocus.evaluations import from_long, to_matrix
 
 # Columns of an embedding table besides the vector's z0, z1, ...
 MODEL, SIZE = "model", "n_evaluations"
@@ -61,6 +62,57 @@ class Evaluations:
     # rows, or a folder's queries.parquet and models.parquet.
     query_table: pd.DataFrame | None = None
     model_table: pd.DataFrame | None = None
+
+
+@dataclass
+class HeldOut:
+    """The evaluations of the ``--test-queries`` that EVALS scores, held out."""
+
+    queries: list
+    scores: pd.DataFrame  # one row per query, one column per model of EVALS
+    source: Path
+
+
+def hold_out(arguments, evaluations):
+    """Split EVALS by ``--test-queries``: ``(the rest, HeldOut)``.
+
+    Without the option, ``(evaluations, None)``. The file must name at least one
+    query of EVALS, and leave every model some evaluations to be embedded from;
+    queries it names that EVALS lacks are said and left out.
+    """
+    if getattr(arguments, "test_queries", None) is None:
+        return evaluations, None
+    source = Path(arguments.test_queries)
+    listed = list(dict.fromkeys(line.strip() for line in read_lines(source)))
+    if not listed:
+        raise UserError(f"argument --test-queries: {source} lists no query")
+    test = set(listed)
+    rest = [{q: s for q, s in e.items() if q not in test} for e in evaluations.sets]
+    held = [{q: s for q, s in e.items() if q in test} for e in evaluations.sets]
+    evaluated = set().union(*held)
+    queries = [query for query in listed if query in evaluated]
+    if not queries:
+        raise UserError(
+            f"argument --test-queries: none of the {len(listed)} queries of "
+            f"{source} (such as {listed[0]!r}) is evaluated in {evaluations.source}; "
+            "expected query ids of EVALS, one per line"
+        )
+    for name, kept in zip(evaluations.model_names, rest):
+        if not kept:
+            raise UserError(
+                f"argument --test-queries: model {name!r} has no evaluation outside "
+                f"the queries of {source}, so nothing is left to embed it from"
+            )
+    if len(queries) < len(listed):
+        missing = next(query for query in listed if query not in evaluated)
+        say(
+            f"--test-queries: {len(listed) - len(queries)} of the {len(listed)} "
+            f"queries of {source} (such as {missing!r}) are not evaluated in "
+            f"{evaluations.source}; routing is measured on the other {len(queries)}."
+        )
+    scores, _ = to_matrix(held, queries=queries)
+    frame = pd.DataFrame(scores.T, columns=evaluations.model_names)
+    return replace(evaluations, sets=rest), HeldOut(queries, frame, source)
 
 
 def _kind(path):
@@ -265,7 +317,13 @@ def _read_folder(path, arguments, cost_column):
         encoder = PrecomputedEncoder(
             [str(q) for q in encoder.queries], np.asarray(encoder.vectors)
         )
-    queries = data.queries.assign(query_id=data.queries["query_id"].astype(str))
+    # The query column of the per-query table holds the ids, whatever
+    # --query-column says; the texts, already in ``texts``, go, so that a
+    # column "query" (the folder's texts) does not stand beside the ids under the
+    # same name when --query-column is its default, "query".
+    queries = data.queries.drop(columns="query").assign(
+        query_id=data.queries["query_id"].astype(str)
+    )
     models = data.models.assign(model=data.models["model"].astype(str))
     return Evaluations(
         sets,
@@ -419,12 +477,24 @@ def read_queries(path, query_column, text_column, group_column=None):
     return ids, texts, groups
 
 
-def per_query(evaluations, query_column, column):
-    """Each query's value of ``column`` (its first), as a dict."""
+def per_query(evaluations, query_column, column, option="--group-column"):
+    """Each query's value of ``column`` (its first), as a dict.
+
+    Fails when no query of the pool has a value there: an option that finds
+    nothing to act on says so rather than doing nothing.
+    """
     table = evaluations.query_table
-    require_columns(table, {"--group-column": column}, evaluations.source)
+    require_columns(table, {option: column}, evaluations.source)
     first = table.dropna(subset=[column]).drop_duplicates(subset=[query_column])
-    return dict(zip(first[query_column], first[column]))
+    found = dict(zip(first[query_column], first[column]))
+    evaluated = {query for evaluation in evaluations.sets for query in evaluation}
+    if not evaluated & found.keys():
+        raise UserError(
+            f"argument {option}: no query of {evaluations.source} has a value in "
+            f"column {column!r} ({len(first)} rows have one, none for an evaluated "
+            "query); expected a group for the queries of EVALS"
+        )
+    return found
 
 
 def per_model(evaluations, model_column, columns):

@@ -283,6 +283,31 @@ class StopOnNonFiniteLoss(Callback):
             )
 
 
+# Why a fit's training ended, as LocusEmbedder.stop_reason_ says it.
+STOP_REASONS = ("early_stopping", "max_epochs", "max_epochs_improving", "callback")
+
+
+def stop_reason(net):
+    """Return why ``net``'s training ended: one of :data:`STOP_REASONS`.
+
+    ``"early_stopping"`` when the validation loss had not improved for
+    ``patience`` epochs; ``"max_epochs_improving"`` when training reached its
+    cap while the validation loss still fell (the last epoch improved on every
+    other by early stopping's threshold), where more epochs may fit better;
+    ``"max_epochs"`` at the cap otherwise, with no validation, or after a
+    single epoch (which has nothing to improve on); ``"callback"`` when another
+    callback ended it sooner.
+    """
+    early = dict(getattr(net, "callbacks_", [])).get("early_stopping")
+    if early is not None and early.misses_ >= early.patience:
+        return "early_stopping"
+    if len(net.history) < net.max_epochs:
+        return "callback"
+    if early is not None and early.misses_ == 0 and len(net.history) > 1:
+        return "max_epochs_improving"
+    return "max_epochs"
+
+
 class PlainPrintLog(PrintLog):
     """skorch's table of epochs without colour codes, for logs and pipes.
 

@@ -6,12 +6,16 @@ into one JSON-able dict; :mod:`sklocus.report._html` draws it.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 import pandas as pd
 from sklearn.decomposition import PCA
+from sklearn.frozen import FrozenEstimator
 
+from sklocus._router import LocusRouter
+from sklocus._routing import TIE_TOLERANCE
 from sklocus._selection import KCenterSelector, coverage_greedy, coverage_similarity
 from sklocus._validation import check_costs
 from sklocus._versioning import __version__
@@ -35,6 +39,32 @@ _DIGITS = 4
 # A metadata column with more distinct numbers than this is coloured by quantile;
 # one with more distinct values of another kind keeps its most common ones.
 _MAX_CATEGORIES = 12
+# The most clusters the map colours by default: a legend of more colours is hard
+# to tell apart.
+_MAX_DEFAULT_CLUSTERS = 8
+
+
+def default_sizes(n_models, max_portfolio=50):
+    """Return the map's default number of clusters and portfolio size for a pool.
+
+    Both are about the square root of the number of models: the clusters from 2
+    to 8 (at most one per model), the portfolio from 1 to ``max_portfolio``. A
+    pool of 9 models gets 3 clusters and a portfolio of 3, one of 112 (the LOCUS
+    paper's, where 15 models chosen by k-center routed as well as all of them)
+    8 clusters and 11 models, and one of 5,949 8 clusters and 50 models.
+
+    Parameters
+    ----------
+    n_models : int
+    max_portfolio : int, default=50
+
+    Returns
+    -------
+    n_clusters, portfolio_size : int
+    """
+    root = round(math.sqrt(n_models))
+    n_clusters = min(max(root, 2), _MAX_DEFAULT_CLUSTERS, n_models)
+    return n_clusters, min(max(root, 1), max_portfolio, n_models)
 
 
 def _rounded(values):
@@ -110,6 +140,14 @@ def _group_accuracy(scores, queries, query_groups):
     """Mean observed score per model and group; None where a model has none."""
     groups = pd.Series([query_groups.get(q) for q in queries], dtype=object)
     known = groups.notna().to_numpy()
+    if not known.any():
+        example = next(iter(query_groups), None)
+        raise ValueError(
+            f"query_groups gives a group to none of the {len(queries)} evaluated "
+            f"queries (it has {len(query_groups)} entries, such as {example!r}, and "
+            f"the evaluations have queries such as {queries[0]!r}); expected a "
+            "mapping from the evaluations' queries to their groups"
+        )
     names = sorted({g for g in groups[known]}, key=str)
     accuracy = np.full((len(scores), len(names)), np.nan)
     for j, name in enumerate(names):
@@ -164,12 +202,13 @@ def map_data(
     *,
     evaluation_sets=None,
     embedder=None,
+    router=None,
     query_groups=None,
     metadata=None,
     color=None,
     test_queries=None,
     cost=None,
-    n_clusters=8,
+    n_clusters="auto",
     n_neighbors=10,
     max_portfolio=50,
     convergence_sizes=(8, 16, 32, 64, 128, 256),
@@ -191,29 +230,43 @@ def map_data(
     evaluation_sets : sequence of mappings, default=None
         Each model's ``{query: score}``: gives the number of evaluations, accuracy
         per group, disagreement between neighbours and, with ``embedder``,
-        convergence and the portfolio's routing accuracy.
+        convergence, the routing portfolio and the portfolios' routing accuracy.
     embedder : LocusEmbedder, default=None
         The fitted embedder of ``embeddings``; needed for convergence and routing.
+    router : LocusRouter, default=None
+        The router whose routing the page measures, fitted on the same models
+        (in the order of ``model_names``) without ``test_queries``. By default,
+        with ``embedder`` and ``evaluation_sets``, ``LocusRouter(FrozenEstimator(
+        embedder))`` fitted on the evaluations outside ``test_queries``: the
+        router ``sklocus route`` builds, so that the map and ``route`` report
+        the same routing accuracy. Building it refines each model's embedding
+        (``refine_steps``), as routing does.
     query_groups : mapping, default=None
-        Group (benchmark, subject...) of each query, for accuracy per group.
+        Group (benchmark, subject...) of each query, for accuracy per group. At
+        least one evaluated query must have a group.
     metadata : DataFrame, default=None
         One row per model (in the order of ``model_names``) of columns to show.
     color : str, default=None
         ``"cluster"`` (the default: ``cluster_models`` into ``n_clusters``) or a
         column of ``metadata``.
     test_queries : sequence, default=None
-        Held-out queries: the portfolio's routing accuracy is measured on them.
+        Held-out queries: the portfolios' routing accuracy is measured on those
+        of them that ``evaluation_sets`` scores (at least one must be).
         Leave them out of the evaluations behind ``embeddings``.
     cost : str or array-like of shape (n_models,), default=None
         Each model's cost (parameters, price...), positive, NaN where unknown: a
         column of ``metadata`` or the values. With it, the page also offers
         greedy coverage within a ladder of about ten budgets, chosen among the
         models whose cost is known.
-    n_clusters : int, default=8
+    n_clusters : "auto" or int, default="auto"
+        Clusters to colour by; ``"auto"`` is about the square root of the number
+        of models, from 2 to 8 (3 for 9 models, 8 from 56 models on).
     n_neighbors : int, default=10
         Neighbours listed per model (at most ``n_models - 1``).
     max_portfolio : int, default=50
-        Largest portfolio the page offers.
+        Largest portfolio the page offers. The page opens on a portfolio of
+        about the square root of the number of models (3 of 9, 11 of 112),
+        chosen for routing where the page has a router (see Notes).
     convergence_sizes : sequence of int, default=(8, 16, 32, 64, 128, 256)
         Numbers of evaluations at which convergence is measured.
     convergence_models : int, default=1000
@@ -227,6 +280,15 @@ def map_data(
     -------
     dict
         What :func:`sklocus.report.write_map` embeds in the page.
+
+    Notes
+    -----
+    With a router, the first portfolio method is greedy routing: the model of
+    highest mean score on the evaluated queries outside ``test_queries``, then
+    at each step the model that most raises the router's routing accuracy on
+    those queries. k-center (farthest-first) and coverage choose by the
+    embeddings alone, for spread rather than strength: k-center takes the
+    outermost models, which are often the weakest.
 
     Examples
     --------
@@ -249,6 +311,9 @@ def map_data(
         raise ValueError(f"model {repeated!r} is named twice; names must be distinct")
     if len(Z) < 2:
         raise ValueError("a map needs at least two models")
+    automatic_clusters, portfolio_size = default_sizes(len(Z), max_portfolio)
+    if isinstance(n_clusters, str) and n_clusters == "auto":
+        n_clusters = automatic_clusters
     for name, value, low in (
         ("n_neighbors", n_neighbors, 1),
         ("max_portfolio", max_portfolio, 1),
@@ -271,6 +336,9 @@ def map_data(
             raise ValueError(f"got {len(sets)} evaluation sets for {len(names)} models")
         train, held = split_evaluations(sets, test_queries or [])
         scores, queries = to_matrix(sets)
+    elif router is not None:
+        raise ValueError("a router needs the evaluation_sets to measure routing on")
+    measured = _Measured.of(embedder, router, names, train, held, queries, test_queries)
 
     k = min(n_neighbors, len(Z) - 1)
     neighbours, distances = nearest_models(Z, k=k)
@@ -309,11 +377,9 @@ def map_data(
         "accuracy": None,
         "neighbors": near,
         "duplicates": duplicates,
-        "portfolio": _portfolio(
-            Z, embedder, held, queries, test_queries, max_portfolio, cost
-        ),
+        "portfolio": _portfolio(Z, measured, max_portfolio, portfolio_size, cost),
         "convergence": None,
-        "reliability": _reliability(Z, embedder, held, queries, test_queries),
+        "reliability": measured.reliability(),
     }
     if evaluation_sets is not None:
         data["n_evaluations"] = [len(e) for e in train]
@@ -329,14 +395,154 @@ def map_data(
     return data
 
 
-def _portfolio(Z, embedder, held, queries, test_queries, max_portfolio, cost):
+def pool_router(embedder, evaluation_sets, model_names):
+    """Return the router the map measures routing with, unless it is given one.
+
+    ``LocusRouter(FrozenEstimator(embedder))`` with its default settings, fitted
+    on ``evaluation_sets``: what ``sklocus route`` builds without options.
+    """
+    return LocusRouter(FrozenEstimator(embedder)).fit_evaluations(
+        evaluation_sets, model_names
+    )
+
+
+class _Measured:
+    """The router's predictions that the page's routing figures come from.
+
+    ``train`` holds the observed scores and predictions on the evaluated
+    queries outside the test queries (the routing portfolio is chosen on
+    them), ``held`` those on the held-out queries (its figures are measured
+    on them); either is None when there is nothing to measure.
+    """
+
+    def __init__(self, train=None, held=None):
+        self.train = train
+        self.held = held
+
+    @classmethod
+    def of(cls, embedder, router, names, train, held, queries, test_queries):
+        if train is None or (router is None and embedder is None):
+            return cls()
+        test = set(test_queries or [])
+        held_queries = [q for q in queries if q in test]
+        if test and not held_queries:
+            raise ValueError(
+                f"none of the {len(test)} test_queries is evaluated in "
+                f"evaluation_sets (such as {next(iter(test))!r}); routing is "
+                "measured on the held-out queries that the models were evaluated on"
+            )
+        if router is None:
+            router = pool_router(embedder, train, names)
+        elif list(map(str, router.classes_)) != names:
+            raise ValueError(
+                "router routes among other models than model_names, or in another "
+                "order; fit it on the same models"
+            )
+        train_queries = [q for q in queries if q not in test]
+        measured = cls()
+        if train_queries:
+            observed, _ = to_matrix(train, queries=train_queries)
+            predicted = router.predict_correctness(train_queries).T
+            measured.train = (observed, predicted)
+        if held_queries:
+            observed, _ = to_matrix(held, queries=held_queries)
+            predicted = router.predict_correctness(held_queries).T
+            measured.held = (observed, predicted)
+        return measured
+
+    def routing(self, chosen):
+        """Held-out routing accuracy among the models ``chosen``, or None."""
+        if self.held is None:
+            return None
+        observed, predicted = self.held
+        return _routing(observed[chosen], predicted[chosen])
+
+    def n_held_out(self):
+        return 0 if self.held is None else self.held[0].shape[1]
+
+    def reliability(self, n_bins=10):
+        """Return the router's reliability on the held-out evaluations, or None.
+
+        Each model's held-out scores against its predicted P(correct): the
+        reliability curve's bins (:func:`sklocus.metrics.reliability_curve`)
+        and the expected calibration error.
+        """
+        if self.held is None:
+            return None
+        observed, predicted = self.held
+        bins = reliability_curve(observed, predicted, n_bins=n_bins)
+        mean_predicted, mean_observed, counts = bins
+        return {
+            "predicted": _rounded(mean_predicted),
+            "observed": _rounded(mean_observed),
+            "counts": [int(c) for c in counts],
+            "ece": round(
+                float(expected_calibration_error(observed, predicted, n_bins=n_bins)),
+                4,
+            ),
+        }
+
+
+def routing_order(scores, probabilities, max_k):
+    """Grow a portfolio for routing: each step adds the model it routes best with.
+
+    The first model is the one of highest mean observed score; each next one
+    is the model whose addition most raises the routing accuracy
+    (:func:`~sklocus.metrics.routing_accuracy`) of the portfolio, each query
+    going to the portfolio's model of highest probability. Near-ties aside, the
+    portfolio of k models is the first k of the order. Ties go to the model
+    listed first.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_models, n_queries)
+        Observed scores, NaN where unobserved.
+    probabilities : ndarray of shape (n_models, n_queries)
+        Predicted probabilities of a correct answer.
+    max_k : int
+        Length of the order.
+
+    Returns
+    -------
+    list of int
+    """
+    n_models = len(scores)
+    best = np.full(scores.shape[1], -np.inf)  # the portfolio's best probability
+    routed = np.full(scores.shape[1], np.nan)  # and the score it routes to
+    order = []
+    for _ in range(min(max_k, n_models)):
+        # A model takes the queries where it beats the portfolio's best by more
+        # than the tie tolerance (best_models sends near-ties to the earlier).
+        takes = probabilities > best[None, :] + TIE_TOLERANCE
+        candidate = np.where(takes, scores, routed[None, :])
+        counts = (~np.isnan(candidate)).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            value = np.where(counts > 0, np.nansum(candidate, axis=1) / counts, -np.inf)
+        value[order] = np.nan  # never twice
+        chosen = int(np.nanargmax(value)) if not np.isnan(value).all() else None
+        if chosen is None:
+            break
+        order.append(chosen)
+        routed = candidate[chosen]
+        best = np.where(takes[chosen], probabilities[chosen], best)
+    return order
+
+
+def _portfolio(Z, measured, max_portfolio, portfolio_size, cost):
     """Portfolios of up to ``max_portfolio`` models, and their routing.
 
-    Farthest-first (k-center) and greedy coverage with unit costs both grow one
-    model at a time, so the first k of each order is that method's portfolio of
-    k models, and the page can offer every k from one order. Coverage under a
-    budget is not nested (a larger budget can drop a model a smaller one chose),
-    so with costs the page offers a ladder of budgets, each selection in full.
+    Greedy routing (with a router's predictions), farthest-first (k-center)
+    and greedy coverage with unit costs all grow one model at a time, so the
+    first k of each order is that method's portfolio of k models, and the page
+    can offer every k from one order. Coverage under a budget is not nested (a
+    larger budget can drop a model a smaller one chose), so with costs the page
+    offers a ladder of budgets, each selection in full.
+
+    The page opens on the first method, greedy routing where there is one: a
+    portfolio is for routing, and the strongest model is its first. k-center
+    starts from the model nearest the mean embedding and then takes the
+    farthest models, which in a pool of a few strong and a few weak models are
+    the weak ones (on the 9 LLMRouter models, its 5 included the 3 weakest).
     """
     max_k = min(max_portfolio, len(Z))
     # One distance matrix serves every coverage selection: at 5,949 models
@@ -346,13 +552,16 @@ def _portfolio(Z, embedder, held, queries, test_queries, max_portfolio, cost):
     coverage, _ = coverage_greedy(
         coverage_similarity(distances, distances.max()), unit_cost, max_k
     )
-    orders = {
-        "k-center": KCenterSelector(n_selected=max_k).fit(Z).selected_indices_,
-        "coverage": coverage,
-    }
-    route = _router_of_portfolios(Z, embedder, held, queries, test_queries)
+    orders = {}
+    if measured.train is not None:
+        orders["routing"] = routing_order(*measured.train, max_k)
+    orders["k-center"] = KCenterSelector(n_selected=max_k).fit(Z).selected_indices_
+    orders["coverage"] = coverage
+    route = measured.routing
     portfolio = {
         "max_k": int(max(len(order) for order in orders.values())),
+        "default_k": int(portfolio_size),
+        "n_held_out": measured.n_held_out(),
         "orders": {method: [int(i) for i in order] for method, order in orders.items()},
         "routing": {
             method: [route(order[:size]) for size in range(1, len(order) + 1)]
@@ -364,50 +573,6 @@ def _portfolio(Z, embedder, held, queries, test_queries, max_portfolio, cost):
     if cost is not None:
         portfolio["budgets"] = _budget_portfolios(distances, cost, max_k, route)
     return portfolio
-
-
-def _router_of_portfolios(Z, embedder, held, queries, test_queries):
-    """Return a function from a portfolio's indices to its held-out routing.
-
-    It answers None for every portfolio when there is nothing to measure on: no
-    embedder, no evaluations or no held-out query among them.
-    """
-    held_queries = []
-    if embedder is not None and held is not None and test_queries:
-        test = set(test_queries)
-        held_queries = [q for q in queries if q in test]
-    if not held_queries:
-        return lambda chosen: None
-    observed, _ = to_matrix(held, queries=held_queries)
-    predicted = embedder.predict_correctness(Z, held_queries)
-    return lambda chosen: _routing(observed[chosen], predicted[chosen])
-
-
-def _reliability(Z, embedder, held, queries, test_queries, n_bins=10):
-    """Return the embedder's reliability on the held-out evaluations, or None.
-
-    Each model's held-out scores against its predicted P(correct): the
-    reliability curve's bins (:func:`sklocus.metrics.reliability_curve`) and the
-    expected calibration error.
-    """
-    if embedder is None or held is None or not test_queries:
-        return None
-    test = set(test_queries)
-    held_queries = [q for q in queries if q in test]
-    if not held_queries:
-        return None
-    observed, _ = to_matrix(held, queries=held_queries)
-    predicted = embedder.predict_correctness(Z, held_queries)
-    bins = reliability_curve(observed, predicted, n_bins=n_bins)
-    mean_predicted, mean_observed, counts = bins
-    return {
-        "predicted": _rounded(mean_predicted),
-        "observed": _rounded(mean_observed),
-        "counts": [int(c) for c in counts],
-        "ece": round(
-            float(expected_calibration_error(observed, predicted, n_bins=n_bins)), 4
-        ),
-    }
 
 
 def _check_cost(cost, metadata, names):

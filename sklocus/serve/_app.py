@@ -230,8 +230,14 @@ class ServedModel(BaseModel):
     n_evaluations: int = Field(
         description="distinct queries the model's embedding is computed from"
     )
+    n_scores: int = Field(
+        description="scores averaged over those queries: each evaluation the "
+        "router was given and each outcome learnt since (a query answered twice "
+        "counts twice)"
+    )
     n_outcomes: int = Field(
-        description="outcomes of those queries (a query answered twice counts twice)"
+        description="outcomes POST /feedback took for the model and the router "
+        "has folded in (0 before any feedback, and without a feedback journal)"
     )
 
 

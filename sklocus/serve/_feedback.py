@@ -141,6 +141,7 @@ class LearningFromOutcomes:
         ):
             raise ValueError(f"fold_interval={fold_interval!r} must be a number >= 0")
         self._journal = None
+        self._learnt = None  # (folded, {model: outcomes}), see outcomes_learnt
         self._folded = 0  # the id through which the router holds the journal's
         self._folder = Folder(self.fold_all, fold_interval)
         if path is not None:
@@ -208,6 +209,21 @@ class LearningFromOutcomes:
             "through": through,
             "pending_outcomes": through - self._folded,
         }
+
+    def outcomes_learnt(self):
+        """Return ``{model: count}`` of the journalled outcomes the router holds.
+
+        Counted once per fold (a journal may hold millions) and kept until the
+        next.
+        """
+        if self._journal is None:
+            return {}
+        folded = self._folded
+        cached = self._learnt
+        if cached is None or cached[0] != folded:
+            cached = (folded, self._journal.counts_through(folded))
+            self._learnt = cached
+        return cached[1]
 
     def pending_outcomes(self):
         """How many journalled outcomes the served router does not hold yet."""

@@ -113,6 +113,18 @@ class FeedbackJournal:
             found = self._db.execute("SELECT max(id) FROM outcomes").fetchone()[0]
         return int(found or 0)
 
+    def counts_through(self, through):
+        """How many outcomes each model has among those with ids up to ``through``.
+
+        Returns ``{model: count}``, for the models that have any.
+        """
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT model, count(*) FROM outcomes WHERE id <= ? GROUP BY model",
+                (through,),
+            ).fetchall()
+        return dict(rows)
+
     def since(self, after, limit):
         """Up to ``limit`` outcomes with ids above ``after``, oldest first.
 

@@ -489,33 +489,39 @@ class RouterService(LearningFromOutcomes):
         }
 
     def models(self):
-        """List the models served, with their costs.
+        """List the models served, with their costs and what they learnt from.
 
         Returns
         -------
         list of dict
-            ``{"name", "cost", "n_evaluations", "n_outcomes"}`` per model,
-            ``cost`` None without costs; ``n_evaluations`` counts the distinct
-            queries the model is embedded from, ``n_outcomes`` every outcome of
-            them (a query answered twice counts twice).
+            ``{"name", "cost", "n_evaluations", "n_scores", "n_outcomes"}`` per
+            model, ``cost`` None without costs; ``n_evaluations`` counts the
+            distinct queries the model is embedded from, ``n_scores`` the scores
+            averaged there (each evaluation the router was given and each
+            outcome learnt since, a query answered twice counting twice), and
+            ``n_outcomes`` the outcomes that :meth:`feedback` took for it and the
+            router has folded in (from the feedback journal: 0 without one, and
+            0 before any feedback).
         """
         router = self._router
         costs = [None] * len(router.classes_)
         if router.cost_ is not None:
             costs = router.cost_.astype(np.float64).tolist()
         kept = router._kept()
+        learnt = self.outcomes_learnt()
         return [
             {
                 "name": str(name),
                 "cost": cost,
                 "n_evaluations": size,
-                "n_outcomes": outcomes,
+                "n_scores": scores,
+                "n_outcomes": learnt.get(name, 0),
             }
-            for name, cost, size, outcomes in zip(
+            for name, cost, size, scores in zip(
                 router.classes_.tolist(),
                 costs,
                 kept.sizes.tolist(),
-                kept.n_outcomes().tolist(),
+                kept.n_scores().tolist(),
             )
         ]
 

@@ -295,7 +295,11 @@
     if (!data.portfolio) { panel.hidden = true; return; }
     const input = document.getElementById("portfolio-k");
     input.max = String(data.portfolio.max_k);
-    input.value = String(Math.min(5, data.portfolio.max_k));
+    input.value = String(data.portfolio.default_k);
+    const heldOut = data.portfolio.n_held_out;
+    document.getElementById("portfolio-queries").textContent = heldOut
+      ? "on the " + heldOut.toLocaleString("en") + " held-out queries"
+      : "(no held-out queries)";
     const methods = document.getElementById("portfolio-method");
     Object.keys(data.portfolio.orders).forEach(function (method) {
       addOption(methods, method, method);
