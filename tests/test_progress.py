@@ -1,9 +1,11 @@
 """Progress of long steps: plain lines in a log, one redrawn line on a terminal."""
 
+import time
+
 import pytest
 
 from sklocus import _progress
-from sklocus._progress import Progress
+from sklocus._progress import Progress, say, status
 
 
 def test_in_a_log_a_step_writes_its_start_tenths_and_end(capsys):
@@ -72,3 +74,73 @@ def test_a_failed_step_ends_the_terminal_line_and_says_no_end(capsys, monkeypatc
         with Progress("Encoding query texts", 3, "text"):
             raise KeyboardInterrupt
     assert capsys.readouterr().err == "Encoding query texts: 3 texts...\n"
+
+
+def _until(condition, seconds=20.0):
+    """Wait for ``condition()`` (the ticker thread runs meanwhile), at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the ticker never reported"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(_progress, "_TICK_SECONDS", 0.05)
+    monkeypatch.setattr(_progress, "_TICKER_SECONDS", 0.01)
+    monkeypatch.setattr(_progress, "_STATUS_DELAY", 0.0)
+
+
+def test_on_a_terminal_a_still_step_is_redrawn_with_its_time(capsys, terminal):
+    # One unit that lasts: the line moves all the same, drawn again and again.
+    with Progress("Encoding query texts", 2, "text") as progress:
+        _until(lambda: capsys.readouterr().err.count("\r") >= 1)
+        _until(lambda: capsys.readouterr().err.count("\r") >= 1)
+        progress.advance(2)
+    assert "Encoding query texts: 2 texts in " in capsys.readouterr().err
+
+
+def test_a_status_is_drawn_then_cleared_on_a_terminal(capsys, terminal):
+    with status("Loading model.sklocus"):
+        _until(lambda: "Loading model.sklocus... " in capsys.readouterr().err)
+    err = capsys.readouterr().err
+    # Cleared: blanks over the line, and the cursor back at its start.
+    assert err.endswith("\r") and not err.strip()
+
+
+def test_a_short_status_says_nothing_in_a_log(capsys):
+    with status("Loading model.sklocus"):
+        pass
+    assert capsys.readouterr().err == ""
+
+
+def test_a_long_status_writes_plain_lines_in_a_log(capsys, monkeypatch):
+    monkeypatch.setattr(_progress, "_LINE_SECONDS", 0.05)
+    monkeypatch.setattr(_progress, "_TICKER_SECONDS", 0.01)
+    with status("Fitting the router"):
+        _until(lambda: "Fitting the router... " in capsys.readouterr().err)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("Fitting the router: done in ")
+    assert "\r" not in "".join(lines)
+
+
+def test_an_inner_step_draws_over_its_outer_one(capsys, terminal):
+    with status("Fitting the router"):
+        _until(lambda: "Fitting the router" in capsys.readouterr().err)
+        with Progress("Refining embeddings", 3, "model") as progress:
+            progress.advance(3)
+        _until(lambda: "Fitting the router" in capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert err.endswith("\r")
+
+
+def test_say_clears_the_drawn_line_first(capsys, terminal):
+    with Progress("Encoding query texts", 3, "text") as progress:
+        progress.advance()
+        say("Query texts: 1 of 3 from the encoding cache.")
+        progress.advance(2)
+    err = capsys.readouterr().err
+    drawn = "Encoding query texts: 0/3 texts (0%), 0 s"
+    cleared = f"\r{' ' * len(drawn)}\r"
+    assert err.startswith(f"\r{drawn}{cleared}Query texts: 1 of 3 from the encoding")

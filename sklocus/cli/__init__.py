@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from sklocus.cli._common import UserError, one_line
+from sklocus.cli._common import UserError, one_line, status
 from sklocus.cli._parsers import build_parser
 from sklocus.cli._settings import parse_settings
 
@@ -46,13 +46,17 @@ def main(argv=None):
     """
     parser = build_parser()
     arguments = parser.parse_args(argv)
-    from sklocus.cli._tables import check_outputs
 
     with warnings.catch_warnings():
         warnings.showwarning = _warn_in_one_line
         try:
+            # Importing PyTorch and scikit-learn takes seconds on a cold start.
+            with status(f"Starting sklocus {arguments.command}"):
+                from sklocus.cli._tables import check_outputs
+
+                handler = _handler(arguments)
             check_outputs(arguments)
-            return _handler(arguments)(arguments)
+            return handler(arguments)
         except BrokenPipeError:
             # The reader of standard output left (as `| head` does): stop
             # quietly, and keep Python from reporting the pipe again at exit.

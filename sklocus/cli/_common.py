@@ -12,6 +12,7 @@ from pathlib import Path
 
 # Re-exported: the commands report as the library reports its long steps.
 from sklocus._progress import say as say
+from sklocus._progress import status as status
 
 METRICS = ("euclidean", "cosine")
 CSV, PARQUET = (".csv", ".csv.gz"), (".parquet", ".pq")

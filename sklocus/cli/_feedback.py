@@ -8,11 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
 from sklocus._validation import shown
-from sklocus.cli._common import UserError, one_line, say
-from sklocus.cli._models import run_settings
+from sklocus.cli._common import UserError, one_line, say, status
+from sklocus.cli._models import load_file, run_settings, save_file
 from sklocus.cli._tables import check_names, read_table, require_columns
 from sklocus.evaluations import _first_bad_score
 
@@ -70,7 +69,7 @@ def _outcome_table(arguments, router):
 def run_feedback(arguments):
     """Fold outcomes into a router file."""
     path = Path(arguments.model)
-    router = load(path)
+    router = load_file(path)
     if not isinstance(router, LocusRouter):
         raise UserError(
             f"{path} holds a {type(router).__name__}; feedback folds outcomes into "
@@ -87,13 +86,13 @@ def run_feedback(arguments):
     start = time.perf_counter()
     try:
         # Saved afterwards: the settings of this run stay out of the file.
-        with run_settings(router, arguments):
+        with run_settings(router, arguments), status("Folding the outcomes"):
             router._learn(models, queries, scores, group_of)
     except (ValueError, TypeError, KeyError) as error:
         raise UserError(f"{arguments.outcomes}: {one_line(error)}") from None
     elapsed = time.perf_counter() - start
     target = Path(arguments.output) if arguments.output is not None else path
-    save(router, target)
+    save_file(router, target)
     new = int(router._kept().sizes.sum() - before.sum())
     say(
         f"Folded {len(models):,} outcomes of {touched} models into {target} "

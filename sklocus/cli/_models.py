@@ -24,6 +24,7 @@ from sklocus.cli._common import (
     encoding_cache_folder,
     one_line,
     say,
+    status,
 )
 from sklocus.cli._settings import PYTHON_ONLY, parse_settings
 from sklocus.cli._tables import (
@@ -88,7 +89,7 @@ def run_fit(arguments):
         with run_settings(embedder, arguments):
             router = build_router(embedder, evaluations)
         say(routing_line(router, held))
-    save(embedder, output)
+    save_file(embedder, output)
     say(f"Saved the embedder to {output} ({output.stat().st_size / 2**20:.1f} MiB).")
     return 0
 
@@ -163,7 +164,8 @@ def routing_line(router, held, groups=None, exclude=None):
     if groups is not None:
         query_groups = [groups.get(query) for query in held.queries]
     scores = held.scores[list(router.classes_)]
-    accuracy = router.score(held.queries, scores, query_groups=query_groups)
+    with status(f"Routing the {len(held.queries):,} held-out queries"):
+        accuracy = router.score(held.queries, scores, query_groups=query_groups)
     among = "" if not exclude else f" among {len(router.classes_)} models"
     return (
         f"Routing accuracy {accuracy:.1%}{among} on the {len(held.queries):,} "
@@ -171,12 +173,24 @@ def routing_line(router, held, groups=None, exclude=None):
     )
 
 
+def load_file(path):
+    """Load the model file at ``path`` (which exists), saying so if it takes long."""
+    with status(f"Loading {path}"):
+        return load(path)
+
+
+def save_file(estimator, path):
+    """Save ``estimator`` to the model file at ``path``, saying so if it takes long."""
+    with status(f"Saving {path}"):
+        save(estimator, path)
+
+
 def load_embedder(path):
     """Load the fitted embedder saved in the model file at ``path``."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such model file")
-    return checked_embedder(load(path), path)
+    return checked_embedder(load_file(path), path)
 
 
 def checked_embedder(embedder, path):
@@ -339,12 +353,13 @@ def build_router(
         budget=budget,
         calibration_method=calibration,
     )
-    return router.fit_evaluations(
-        evaluations.sets,
-        evaluations.model_names,
-        cost=evaluations.costs,
-        query_groups=groups,
-    )
+    with status(f"Fitting the router on the {len(evaluations.sets)} models"):
+        return router.fit_evaluations(
+            evaluations.sets,
+            evaluations.model_names,
+            cost=evaluations.costs,
+            query_groups=groups,
+        )
 
 
 def run_embed_streaming(arguments):
@@ -443,12 +458,13 @@ def run_route(arguments):
         )
         if pool_groups is not None:
             _say_if_no_group_is_known(router, query_groups, arguments)
-        models, probabilities = router.rank_models(
-            queries,
-            k=arguments.k,
-            exclude=arguments.exclude or None,
-            query_groups=query_groups,
-        )
+        with status(f"Routing {len(queries):,} queries"):
+            models, probabilities = router.rank_models(
+                queries,
+                k=arguments.k,
+                exclude=arguments.exclude or None,
+                query_groups=query_groups,
+            )
         measured = None
         if held is not None:
             measured = routing_line(router, held, pool_groups, arguments.exclude)

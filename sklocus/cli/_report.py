@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from sklocus._files import write_atomically
 from sklocus.cli._common import (
     UserError,
     say,
+    status,
 )
 from sklocus.cli._models import (
     build_router,
@@ -66,23 +68,22 @@ def run_report(arguments):
         # The router route builds over the same pool: the map's routing figures
         # are its, so that report and route say the same.
         router = build_router(embedder, pool)
-        write_atomically(
-            output,
-            lambda temporary: write_map(
-                temporary,
-                embedder,
-                evaluations.model_names,
-                evaluations.sets,
-                router=router,
-                query_groups=groups,
-                metadata=metadata,
-                color=arguments.color,
-                test_queries=test_queries,
-                cost=arguments.cost_column,
-                n_clusters=arguments.n_clusters or "auto",
-                title=arguments.title,
-            ),
+        drawn = partial(
+            write_map,
+            source=embedder,
+            model_names=evaluations.model_names,
+            evaluation_sets=evaluations.sets,
+            router=router,
+            query_groups=groups,
+            metadata=metadata,
+            color=arguments.color,
+            test_queries=test_queries,
+            cost=arguments.cost_column,
+            n_clusters=arguments.n_clusters or "auto",
+            title=arguments.title,
         )
+        with status(f"Drawing the map of {len(evaluations.sets)} models"):
+            write_atomically(output, drawn)
         measured = None if held is None else routing_line(router, held)
     say(
         f"Wrote the map of {len(evaluations.sets)} models to {output} "

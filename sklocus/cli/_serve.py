@@ -6,16 +6,18 @@ import ipaddress
 import os
 from pathlib import Path
 
-from sklocus._persistence import load, save
 from sklocus._router import LocusRouter
 from sklocus.cli._common import (
     UserError,
     say,
+    status,
 )
 from sklocus.cli._models import (
     build_router,
     checked_embedder,
+    load_file,
     run_settings,
+    save_file,
     teach_queries,
 )
 from sklocus.cli._parsers import TOKEN_VARIABLE
@@ -30,7 +32,7 @@ def _router_from(arguments):
     path = Path(arguments.model)
     if not path.is_file():
         raise UserError(f"{path}: no such model file")
-    loaded = load(path)
+    loaded = load_file(path)
     if arguments.evals is None:
         for option in (
             "router_file",
@@ -90,7 +92,7 @@ def _router_from(arguments):
     if arguments.router_file is not None:
         # Checked with every output before any work (cli.check_outputs).
         target = Path(arguments.router_file)
-        save(router, target)
+        save_file(router, target)
         say(f"Saved the router of {len(router.classes_)} models to {target}.")
     return router, target
 
@@ -201,7 +203,8 @@ def run_serve(arguments):
         listener = listen(arguments.host, arguments.port)
     except OSError as error:
         raise UserError(str(error)) from None
-    service.warm_up()
+    with status("Warming up the router"):
+        service.warm_up()
     if token is None and not _is_loopback(arguments.host):
         say(
             f"Warning: listening on {arguments.host}, beyond the loopback, with no "

@@ -25,6 +25,7 @@ from sklocus.cli._common import (
     encoding_cache_folder,
     one_line,
     say,
+    status,
     table_kind,
     unknown_table,
 )
@@ -258,8 +259,13 @@ def per_model_mean(frame, model_column, column, path):
 def read_evaluations(arguments, *, cost_column=None):
     """Read EVALS as the table options of ``arguments`` say."""
     path = _existing(arguments.evals, "file or folder")
-    if path.is_dir():
-        return _read_folder(path, arguments, cost_column)
+    with status(f"Reading {path}"):
+        if path.is_dir():
+            return _read_folder(path, arguments, cost_column)
+        return _read_table(path, arguments, cost_column)
+
+
+def _read_table(path, arguments, cost_column):
     model, query = arguments.model_column, arguments.query_column
     frame = read_table(path, text_columns=(model, query))
     columns = {"--model-column": model, "--query-column": query}
