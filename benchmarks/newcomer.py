@@ -230,6 +230,8 @@ def main():
         shell.mkdir()
         data = shell_inputs(shell, python, env)
         health = f"http://127.0.0.1:{PORT}/health"
+        if answers(health):
+            raise SystemExit(f"something answers on port {PORT} already: stop it")
         for name, command in SHELL:
             argv = command.replace("DATA", data).split()
             ready = (lambda: answers(health)) if name == "serve" else None
@@ -238,6 +240,9 @@ def main():
             )
             check(name, code, output)
             note = "until GET /health answers" if ready else ""
+            trained = re.search(r"Trained in [^\r\n]*", output)
+            if trained:  # fit's own account of where its time went
+                note = trained.group(0)
             record(name, command, seconds, silence, note)
             print(output[-1500:], flush=True)
     text = "\n".join(
