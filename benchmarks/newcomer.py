@@ -15,11 +15,11 @@ word. The command line runs on a terminal (a pseudo-terminal), as a newcomer
 types it, where progress is a line redrawn at least once a second; the other
 steps write to a pipe, as in a log, where progress comes as plain lines, one
 per tenth of a step or 10 s. Issue 53's targets: every README timing within
-10% of these figures, and no silence over 2 s in the command line. Run it on an otherwise idle machine:
-the figures mean nothing beside another job. ``pip`` resolves the packages
-from the index as the README's command does, but from its local cache where
-it has one, so the install time is a warm-cache figure. With ``--out``, writes
-the ``newcomer`` section of that page.
+10% of these figures, and no silence over 2 s in the command line. Run it on
+an otherwise idle machine: the figures mean nothing beside another job.
+``pip`` resolves the packages from the index as the README's command does, but
+from its local cache where it has one, so the install time is a warm-cache
+figure. With ``--out``, writes the ``newcomer`` section of that page.
 """
 
 from __future__ import annotations
