@@ -104,12 +104,10 @@ for budget in (0.15, 0.3, 0.6):
 # ----------------------------------------
 #
 # The expected calibration error is the mean gap between predicted and observed
-# success, bin by bin. ``calibration_method="isotonic"`` maps the router's
+# success, bin by bin. ``calibration="isotonic"`` maps the router's
 # probabilities through an isotonic calibrator fitted on held-out halves of the
 # pool's evaluations; routes by the likeliest model stay as they were.
-calibrated = LocusRouter(
-    FrozenEstimator(router.embedder_), calibration_method="isotonic"
-)
+calibrated = LocusRouter(FrozenEstimator(router.embedder_), calibration="isotonic")
 calibrated.fit_evaluations(train_sets, data.model_names, cost=price)
 after = calibrated.predict_correctness(test_ids).T
 print(f"ECE before: {expected_calibration_error(scores, probabilities):.3f}")

@@ -27,7 +27,7 @@ benchmark, where the data name benchmarks); k-nearest queries; a logistic
 regression and a small MLP per model on the query encodings (RouterBench's
 baselines); MF (dim 16); LOCUS's forward pass; the default ``LocusRouter``
 (refined pool embeddings and query heads), the same without query heads, with
-``calibrate=True``, with ``calibration_method="isotonic"`` and, where the data
+``calibration="pool"``, with ``calibration="isotonic"`` and, where the data
 name benchmarks, with them as ``query_groups``; and the oracle
 (each question's own scores), the ceiling. The fit time is the embedder's and
 the default router's together, on encodings computed beforehand.
@@ -184,8 +184,8 @@ def measure(pool, source, folder, seed, cache, overrides):
     routers = {
         LOCUS: LocusRouter(frozen),
         "LOCUS, router without query heads": LocusRouter(frozen, query_heads=False),
-        "LOCUS, router, calibrate=True": LocusRouter(frozen, calibrate=True),
-        "LOCUS, router, isotonic": LocusRouter(frozen, calibration_method="isotonic"),
+        "LOCUS, router, calibration=pool": LocusRouter(frozen, calibration="pool"),
+        "LOCUS, router, isotonic": LocusRouter(frozen, calibration="isotonic"),
     }
     predictions = {
         "overall accuracy": baselines.overall_accuracy(pool.train, len(pool.test_ids)),

@@ -10,8 +10,8 @@ The folds, pools and public-pool embedders are those of ``research/transfer.py``
 fits): each fold leaves one of the five benchmarks out of the public pool's
 training. For each pool model, ``n`` evaluations are drawn (``draw_states``), and
 ``LocusRouter(FrozenEstimator(embedder))`` is fitted on them with its defaults
-(refined pool embeddings) once with ``calibrate=False`` and once with
-``calibrate=True`` (the pool calibration of ``sklocus._calibration``). Both predict
+(refined pool embeddings) once with ``calibration=None`` and once with
+``calibration="pool"`` (the pool calibration of ``sklocus._calibration``). Both predict
 the test-split queries, against each model's overall accuracy on its ``n``
 evaluations.
 
@@ -49,7 +49,7 @@ from sklocus.metrics import (
 
 BENCHMARKS = ("arc", "gsm8k", "mmlu", "truthfulqa", "winogrande")
 METRICS = ("correctness", "routing", "log_likelihood")
-ROUTERS = {"router": False, "router, calibrated": True}
+ROUTERS = {"router": None, "router, calibrated": "pool"}
 
 
 def queries_of(folds, benchmark, setting):
@@ -82,11 +82,11 @@ def measure(folds, embedder, benchmark, setting, pool_seed, n, draws):
                 np.nanmean(observed, axis=1)[:, None], len(test_ids), axis=1
             )
         }
-        for label, calibrate in ROUTERS.items():
-            router = LocusRouter(FrozenEstimator(embedder), calibrate=calibrate)
+        for label, calibration in ROUTERS.items():
+            router = LocusRouter(FrozenEstimator(embedder), calibration=calibration)
             router.fit(queries, Y)
             predictions[label] = router.predict_correctness(test_ids).T
-            if calibrate:
+            if calibration:
                 slopes.append(router.calibration_slope_)
         for label, p in predictions.items():
             found.setdefault(label, []).append(

@@ -8,10 +8,10 @@ does for a classifier, :class:`ProbabilityCalibrator` learns a monotone map from
 predictions to probabilities on pairs the predictor did not fit, either a sigmoid
 of the logit (Platt's two parameters) or an isotonic step function, and applies it
 to new predictions. :class:`~sklocus.LocusRouter` fits one with
-``calibration_method`` on its pool's evaluations, each predicted from an embedding
-of the other half of its model's evaluations (the network itself may have been
-trained on the pool); for an embedder, fit one on models and queries it never
-saw.
+``calibration="isotonic"`` or ``"sigmoid"`` on its pool's evaluations, each
+predicted from an embedding of the other half of its model's evaluations (the
+network itself may have been trained on the pool); for an embedder, fit one on
+models and queries it never saw.
 
 Read more in the :ref:`User Guide <calibrated_probabilities>`.
 """

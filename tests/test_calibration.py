@@ -161,14 +161,14 @@ def test_a_calibrated_router_applies_its_slope_and_offsets(trained):
     data, embedder = trained
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    assert LocusRouter().calibrate is False
+    assert LocusRouter().calibration is None
     router = LocusRouter(
-        FrozenEstimator(embedder), calibrate=True, query_heads=False
+        FrozenEstimator(embedder), calibration="pool", query_heads=False
     ).fit(queries, Y)
     assert np.isfinite(router.calibration_slope_)
     assert router.model_offsets_.shape == (24,)
     plain = LocusRouter(
-        FrozenEstimator(embedder), calibrate=False, query_heads=False
+        FrozenEstimator(embedder), calibration=None, query_heads=False
     ).fit(queries, Y)
     assert plain.model_offsets_ is None and plain.calibration_slope_ is None
     uncalibrated = embedder.predict_correctness(plain.embeddings_, queries).T
@@ -193,7 +193,7 @@ def test_where_locus_differences_do_not_hold_models_fall_back_to_their_level(tra
     train, test = np.arange(200), np.arange(200, 300)
     Y = pd.DataFrame(scores[train], columns=[f"m{j}" for j in range(12)])
     chosen = [queries[i] for i in train]
-    router = LocusRouter(FrozenEstimator(embedder), calibrate=True).fit(chosen, Y)
+    router = LocusRouter(FrozenEstimator(embedder), calibration="pool").fit(chosen, Y)
     plain = LocusRouter(FrozenEstimator(embedder)).fit(chosen, Y)
     assert router.calibration_slope_ < 0.5
     held = [queries[i] for i in test]
@@ -213,7 +213,7 @@ def test_onboarded_and_removed_models_keep_their_offsets(trained, tmp_path):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
     router = LocusRouter(
-        FrozenEstimator(embedder), calibrate=True, query_heads=False
+        FrozenEstimator(embedder), calibration="pool", query_heads=False
     ).fit(queries, Y)
     router.add_models([data.evaluation_sets[2]], ["copy of 2"])
     # The same evaluations give nearly the same offset: the joint fit and the

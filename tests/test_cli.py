@@ -414,7 +414,7 @@ def test_route_with_calibrated_probabilities(workspace, capsys):
     )
     routes = pd.read_csv(folder / "calibrated.csv")
     embedder = load_model_file(folder / "model.sklocus")
-    router = LocusRouter(FrozenEstimator(embedder), calibration_method="sigmoid")
+    router = LocusRouter(FrozenEstimator(embedder), calibration="sigmoid")
     router.fit_evaluations(data.evaluation_sets, data.model_names)
     models, probabilities = router.rank_models(data.query_ids[:25], k=2)
     assert routes["model"].tolist() == models[:, 0].tolist()

@@ -36,6 +36,11 @@ def _table(data, queries):
     )
 
 
+def _factors(router):
+    """The router's Laplace factors of its embeddings, as exploration caches them."""
+    return router._scorer().exploration.factors()
+
+
 def _router(embedder, data, queries, **params):
     router = LocusRouter(
         FrozenEstimator(embedder), refine_steps=10, query_heads=False, **params
@@ -97,9 +102,7 @@ def test_more_evaluations_make_a_model_more_certain(embedder, data):
             torch.as_tensor(inner._encode(test))
         ).detach()
         z = torch.as_tensor(router.embeddings_ * np.float32(inner.embedding_scale_))
-        spreads.append(
-            logit_stds(predictor, z, router._exploration_factors(), projected)
-        )
+        spreads.append(logit_stds(predictor, z, _factors(router), projected))
     assert spreads[0].shape == (50, 6)
     assert (spreads[1].mean(0) < spreads[0].mean(0)).all()
 
@@ -162,12 +165,12 @@ def test_ucb_leans_towards_the_uncertain_model(embedder, data):
 def test_learning_keeps_the_uncertainty_current(embedder, data):
     queries = data.query_ids[:60]
     router = _router(embedder, data, queries, exploration="ucb")
-    router._exploration_factors()
+    _factors(router)
     more = data.query_ids[60:120]
     router.partial_fit(more, _table(data, more)[data.model_names[:2]])
     cached = router._exploration_cache[1].clone()
     del router._exploration_cache
-    np.testing.assert_allclose(cached, router._exploration_factors(), atol=1e-5)
+    np.testing.assert_allclose(cached, _factors(router), atol=1e-5)
     router.remove_models(data.model_names[:1])
     assert router._exploration_cache[1].shape[0] == 5
     np.testing.assert_allclose(router._exploration_cache[1], cached[1:])

@@ -111,7 +111,7 @@ def test_learning_equals_removing_and_adding_the_model(data, embedder):
     queries = data.query_ids
     groups = {q: f"g{i % 3}" for i, q in enumerate(queries)}
     first = queries[:150]
-    settings = dict(query_heads=True, calibrate=True)
+    settings = dict(query_heads=True, calibration="pool")
     router = _router(embedder, **settings).fit(
         first, _table(data, first), query_groups=[groups[q] for q in first]
     )

@@ -306,8 +306,8 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"unknown parameters \['__class__'\]",
         ),
         (
-            lambda h: h["estimator"]["params"].pop("calibrate"),
-            r"LocusRouter\) lacks parameters \['calibrate'\]",
+            lambda h: h["estimator"]["params"].pop("calibration"),
+            r"LocusRouter\) lacks parameters \['calibration'\]",
         ),
         (
             lambda h: h["estimator"]["params"].update({"cost_weight": -1.0}),
@@ -320,7 +320,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         (
             lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
-            r"formats up to 6\. Load it with a newer sklocus",
+            r"formats up to 7\. Load it with a newer sklocus",
         ),
         (
             lambda h: h["estimator"].update({"class": ["x"]}),

@@ -85,7 +85,7 @@ def test_a_router_calibrates_on_held_out_halves_and_keeps_its_routes(
     train, test = queries[:200], queries[200:]
     plain = LocusRouter(frozen, query_heads=query_heads).fit(train, Y.iloc[:200])
     calibrated = LocusRouter(
-        frozen, query_heads=query_heads, calibration_method="isotonic"
+        frozen, query_heads=query_heads, calibration="isotonic"
     ).fit(train, Y.iloc[:200])
     assert plain.probability_calibrator_ is None
     assert calibrated.probability_calibrator_.n_pairs_ > 1000

@@ -9,6 +9,7 @@ from tiny import TINY_NETWORK
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus._query_heads import MIN_EVALUATIONS, apply_heads, fit_heads
+from sklocus._router._heads import heads_wanted, unseen_logits
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 
@@ -98,7 +99,7 @@ def test_a_router_knows_the_queries_its_embedder_held_out(tmp_path):
     assert 0 <= router.head_blend_ <= 1
     scores, queries = to_matrix(data.evaluation_sets)
     vectors = embedder._encode(queries)
-    unseen, found = router._unseen_logits(queries, scores.T, vectors, None)
+    unseen, found = unseen_logits(router._scorer(), queries, scores.T, vectors, None)
     assert {queries[i] for i in np.flatnonzero(unseen)} == set(held)
     assert np.isfinite(found[unseen]).all() and np.isnan(found[~unseen]).all()
     # A model file keeps them, so a router over the loaded embedder is the same.
@@ -143,8 +144,9 @@ def test_small_pools_get_heads_by_default_and_they_move_predictions(pool):
         with_heads.predict_correctness(queries), without.predict_correctness(queries)
     )
     # "auto" fits heads on pools of fewer than 100 models only.
-    assert LocusRouter(frozen)._heads_on(99) and not LocusRouter(frozen)._heads_on(100)
-    assert LocusRouter(frozen, query_heads=True)._heads_on(100)
+    assert heads_wanted(LocusRouter(frozen), 99)
+    assert not heads_wanted(LocusRouter(frozen), 100)
+    assert heads_wanted(LocusRouter(frozen, query_heads=True), 100)
 
 
 def test_heads_survive_saving_adding_and_removing_models(pool, tmp_path):
@@ -203,5 +205,5 @@ def test_heads_need_a_locus_embedder():
             return np.zeros((len(X), 2))
 
     with pytest.raises(ValueError, match="query_heads=True needs a LocusEmbedder"):
-        LocusRouter(Other(), query_heads=True)._heads_on(3)
-    assert not LocusRouter(Other())._heads_on(3)
+        heads_wanted(LocusRouter(Other(), query_heads=True), 3)
+    assert not heads_wanted(LocusRouter(Other()), 3)

@@ -13,7 +13,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from vectors import assert_same_probabilities
 
-import sklocus._router as router_module
+import sklocus._router._locus as locus_module
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 
@@ -298,7 +298,7 @@ def test_many_queries_in_chunks(router, problem, monkeypatch):
     # Queries projected in chunks of other sizes round within 1e-7: exact
     # routes, as in test_adding_an_exact_copy; probabilities within rounding.
     np.testing.assert_array_equal(chosen, expected[np.arange(100_000) % len(test)])
-    monkeypatch.setattr(router_module, "_QUERY_CHUNK", 7)
+    monkeypatch.setattr(locus_module, "QUERY_CHUNK", 7)
     np.testing.assert_array_equal(router.predict(test), expected)
     assert_same_probabilities(
         router.predict_correctness(test[:30]), router.predict_correctness(test)[:30]
@@ -491,13 +491,13 @@ def _train_sets(data, train):
     return [{q: s for q, s in e.items() if q in kept} for e in data.evaluation_sets]
 
 
-@pytest.mark.parametrize("calibrate", [False, True])
-def test_fit_evaluations_is_fit_without_the_dense_table(router, problem, calibrate):
+@pytest.mark.parametrize("calibration", [None, "pool"])
+def test_fit_evaluations_is_fit_without_the_dense_table(router, problem, calibration):
     data, train, Y, test, _ = problem
     sets = _train_sets(data, train)
     benchmark = dict(zip(data.query_ids, data.benchmarks.tolist()))
     groups = [benchmark[q] for q in train]
-    settings = dict(refine_steps=3, calibrate=calibrate)
+    settings = dict(refine_steps=3, calibration=calibration)
     frozen = FrozenEstimator(router.embedder_)
     from_table = LocusRouter(frozen, **settings).fit(
         train, Y, cost=data.params_b, query_groups=groups
@@ -520,7 +520,7 @@ def test_fit_evaluations_is_fit_without_the_dense_table(router, problem, calibra
         from_table.predict_correctness(test, test_groups),
         atol=1e-4,
     )
-    if calibrate:
+    if calibration:
         assert from_sets.calibration_slope_ == pytest.approx(
             from_table.calibration_slope_, abs=1e-4
         )

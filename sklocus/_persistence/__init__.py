@@ -32,6 +32,7 @@ from sklocus._files import write_atomically
 from sklocus._persistence._reader import ModelFileError, Reader
 from sklocus._persistence._schema import CLASSES
 from sklocus._persistence._writer import Writer
+from sklocus._router._scoring import merge_calibration_settings
 from sklocus._versioning import __version__, warn_if_other_version
 
 __all__ = ["ModelFileError", "load", "save"]
@@ -42,8 +43,10 @@ _FORMAT = "sklocus-estimator"
 # are refused (3 lacked the router's query heads and probability calibrator; 4,
 # the router's head_blend_ and the embedder's validation_queries_). Format 5
 # lacked the evaluations a router keeps to learn from outcomes: its routers are
-# refused, and its other estimators read as they are.
-_FORMAT_VERSION = 6
+# refused, and its other estimators read as they are. Format 6's routers had
+# the parameters calibrate and calibration_method where format 7's have
+# calibration: they are read with that one setting, and nothing else changed.
+_FORMAT_VERSION = 7
 _OLDEST_FORMAT = {"LocusRouter": 6}
 _OLDEST_OTHERWISE = 5
 _METADATA_KEY = "sklocus"
@@ -180,6 +183,10 @@ def load(path):
         )
     reader = Reader(path, arrays)
     described = header["estimator"]
+    if header["format_version"] < 7 and isinstance(described, dict):
+        params = described.get("params")
+        if described.get("class") == "LocusRouter" and isinstance(params, dict):
+            merge_calibration_settings(params)
     name = described.get("class") if isinstance(described, dict) else None
     root = name if isinstance(name, str) and name in CLASSES else "the file"
     try:

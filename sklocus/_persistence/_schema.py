@@ -12,6 +12,7 @@ from sklocus._embedder import LocusEmbedder
 from sklocus._kept_evaluations import KeptEvaluations
 from sklocus._kept_evaluations import inconsistency as kept_inconsistency
 from sklocus._router import LocusRouter, check_cost
+from sklocus._router._scoring import CALIBRATIONS
 from sklocus._selection import (
     CoverageGreedySelector,
     KCenterSelector,
@@ -227,15 +228,14 @@ def inconsistency(estimator):
                 return "budget_curve_ is not 3 rows of finite numbers"
             if not 0 <= estimator.budget_cost_weight_ < np.inf:
                 return f"budget_cost_weight_ is {estimator.budget_cost_weight_}"
-        if (estimator.calibration_method is None) != (
-            estimator.probability_calibrator_ is None
-        ):
-            return "calibration_method and probability_calibrator_ do not agree"
+        _, method = CALIBRATIONS[estimator.calibration]
+        if (method is None) != (estimator.probability_calibrator_ is None):
+            return "calibration and probability_calibrator_ do not agree"
         if (
             estimator.probability_calibrator_ is not None
-            and estimator.probability_calibrator_.method != estimator.calibration_method
+            and estimator.probability_calibrator_.method != method
         ):
-            return "probability_calibrator_ is not of calibration_method's method"
+            return "probability_calibrator_ is not of calibration's method"
         heads = (
             estimator.head_weights_,
             estimator.head_biases_,

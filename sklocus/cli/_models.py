@@ -344,14 +344,14 @@ def build_router(
 
     ``groups`` maps a query of the pool to its group (``LocusRouter``'s
     ``query_groups``); a query it lacks has none. ``calibration`` is the
-    router's ``calibration_method``.
+    router's ``calibration``.
     """
     router = LocusRouter(
         FrozenEstimator(embedder),
         cost_weight=cost_weight,
         min_probability=min_probability,
         budget=budget,
-        calibration_method=calibration,
+        calibration=calibration,
     )
     with status(f"Fitting the router on the {len(evaluations.sets)} models"):
         return router.fit_evaluations(

@@ -44,6 +44,9 @@ QUICK = {
 }
 # Where ``sklocus serve`` reads its token when no --token-file is given.
 TOKEN_VARIABLE = "SKLOCUS_TOKEN"
+# LocusRouter's calibration settings, written out: the parser imports no
+# estimator, so that --help answers at once (a test holds them equal).
+CALIBRATION_CHOICES = ("pool", "isotonic", "sigmoid", "pool+isotonic", "pool+sigmoid")
 _EMBEDDINGS_HELP = "an embedding table from sklocus embed (.csv or .parquet)"
 
 
@@ -202,10 +205,12 @@ def _add_model_commands(commands):
     )
     choice.add_argument(
         "--calibration",
-        choices=("isotonic", "sigmoid"),
-        help="map the router's probabilities through a calibrator of this method, "
-        "fitted on held-out halves of the pool's evaluations (what "
-        "--min-probability and --budget read as probabilities)",
+        choices=CALIBRATION_CHOICES,
+        help="calibrate the router on held-out halves of the pool's evaluations "
+        "(LocusRouter's calibration=): 'pool' fits LOCUS's logits to the pool, "
+        "'isotonic' and 'sigmoid' map the probabilities (what --min-probability "
+        "and --budget read) through a calibrator of that method, 'pool+isotonic' "
+        "and 'pool+sigmoid' do both",
     )
     policy = choice.add_mutually_exclusive_group()
     policy.add_argument(
@@ -560,9 +565,9 @@ def _add_serve_command(commands):
     )
     server.add_argument(
         "--calibration",
-        choices=("isotonic", "sigmoid"),
-        help="with EVALS: map the router's probabilities through a calibrator of "
-        "this method, fitted on held-out halves of the pool's evaluations",
+        choices=CALIBRATION_CHOICES,
+        help="with EVALS: calibrate the router on held-out halves of the pool's "
+        "evaluations, as route's --calibration says",
     )
     policy = server.add_mutually_exclusive_group()
     policy.add_argument(

@@ -1,0 +1,538 @@
+"""LocusRouter: send each query to the model most likely to answer it."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from sklocus._groups import check_query_groups
+from sklocus._kept_evaluations import keep
+from sklocus._router._editing import PoolEditingMixin
+from sklocus._router._exploration import Exploration, check_exploration
+from sklocus._router._exploration import reset as reset_exploration
+from sklocus._router._heads import heads_wanted
+from sklocus._router._locus import Locus, fitted_embedder
+from sklocus._router._policy import call_policy, check_policy, ranking
+from sklocus._router._rows import model_rows
+from sklocus._router._score import RoutingScoreMixin
+from sklocus._router._scoring import (
+    CALIBRATIONS,
+    fit_stages,
+    fitted_scorer,
+    merge_calibration_settings,
+)
+from sklocus._router._substitutes import SubstitutesMixin
+from sklocus._router._tables import (
+    check_cost,
+    dense_table,
+    pool_of_sets,
+    pool_of_table,
+    selected,
+)
+from sklocus._versioning import VersionStampMixin
+from sklocus.encoders import as_query_list
+
+
+class LocusRouter(
+    PoolEditingMixin,
+    SubstitutesMixin,
+    RoutingScoreMixin,
+    VersionStampMixin,
+    ClassifierMixin,
+    BaseEstimator,
+):
+    """Route each query to the model most likely to answer it correctly.
+
+    A classifier whose samples are queries and whose classes are models. ``fit``
+    embeds every model from its observed scores with a
+    :class:`~sklocus.LocusEmbedder` (fitting it first unless it is wrapped in
+    :class:`~sklearn.frozen.FrozenEstimator`); ``predict`` scores every query
+    against every model with the embedder's correctness predictor and picks the
+    best. Models can be added and removed afterwards without refitting.
+
+    Its target is a matrix of scores with gaps, not class labels, so its tags do
+    not call it a classifier (``sklearn.base.is_classifier`` is False): an integer
+    ``cv`` splits the queries with ``KFold``, as stratifying on the scores cannot.
+
+    Read more in the :ref:`User Guide <routing>`.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder or FrozenEstimator or None, default=None
+        ``None`` fits a ``LocusEmbedder()``; any other embedder is cloned and
+        fitted, **even one that is already fitted** (``fit`` warns then);
+        ``FrozenEstimator(fitted_embedder)`` is used as it is (``fit`` only
+        embeds), which is what a trained embedder needs.
+    cost_weight : float, default=0.0
+        Route to the model of highest ``P(correct) - cost_weight * cost /
+        max(cost)``: ``0.1`` trades at most 0.1 of probability against the
+        dearest model's cost. Ignored when no cost is given.
+    refine_steps : int or None, default=50
+        Steps of test-time refinement of the pool's embeddings, in place of a
+        :class:`~sklocus.LocusEmbedder`'s own ``refine_steps`` (``None`` keeps
+        it; 0 routes with forward passes). Each model is embedded once, so it
+        costs once per model; on pools the embedder never saw it raised routing
+        accuracy and correctness (:ref:`refining_embeddings`).
+    group_shrinkage : float, default=3.0
+        With ``query_groups`` in :meth:`fit`: prior precision of each model's
+        per-group logit offset; about four times this many evaluations in a
+        group move it halfway to what they alone say (:ref:`query_groups`).
+    calibration : {"pool", "isotonic", "sigmoid", "pool+isotonic", \
+            "pool+sigmoid"} or None, default=None
+        Calibrate on the pool's own evaluations, each predicted from an
+        embedding of the other half of its model's. ``"pool"`` fits LOCUS's
+        logits first: one slope for the pool and one shrunken offset per model
+        (:ref:`router_calibration`; off by default, as it helped on some unseen
+        benchmarks and hurt on others). ``"isotonic"`` and ``"sigmoid"`` map the
+        final probabilities through one increasing
+        :class:`~sklocus.calibration.ProbabilityCalibrator`, so that 0.8 comes
+        true about 8 times in 10: it keeps each query's likeliest model and
+        moves what thresholds, budgets and weights of cost choose
+        (:ref:`calibrated_probabilities`). ``"pool+..."`` does both. Each costs
+        two more embeddings of each model at ``fit`` (``"pool"``, at
+        :meth:`add_models` too).
+    min_probability : float in [0, 1] or None, default=None
+        Route to the cheapest model whose probability reaches this, or to the
+        likeliest when none does (:ref:`routing_on_a_budget`). Needs costs.
+    budget : float or None, default=None
+        Route within a mean cost per query: ``fit`` chooses the weight of cost
+        whose routes were best within it on held-out evaluations of the pool
+        (``budget_cost_weight_``; it warns when none kept within it) at two
+        more embeddings of each model. The weight is kept when the pool
+        changes (:ref:`routing_on_a_budget`). Needs costs.
+    query_heads : "auto" or bool, default="auto"
+        Fit each model a logistic regression on the query encodings of its
+        evaluations and blend its logits with LOCUS's, the penalty chosen per
+        model and the blend for the pool on held-out folds (:ref:`query_heads`);
+        a model with fewer than 64 evaluations keeps LOCUS alone. ``"auto"``
+        fits them on pools of fewer than 100 models. Needs a
+        :class:`~sklocus.LocusEmbedder`.
+    exploration : {"thompson", "ucb"} or None, default=None
+        How :meth:`predict` and :meth:`rank_models` explore, for a router that
+        learns from its own routes' outcomes (:ref:`exploring_while_learning`):
+        by LOCUS logits drawn from their Laplace posteriors (``"thompson"``) or
+        by their upper bounds (``"ucb"``). Probabilities returned stay the best
+        guesses; ``score`` does not explore. Needs a
+        :class:`~sklocus.LocusEmbedder`.
+    exploration_strength : float > 0, default=1.0
+        Standard deviations of each logit that exploration adds or draws with.
+    random_state : int, RandomState instance or None, default=None
+        Seeds ``"thompson"``'s draws: a router seeded alike routes alike.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_models,)
+        The models: Y's column names, or 0..n_models-1 for an array Y.
+    embedder_ : LocusEmbedder or FrozenEstimator
+        The fitted embedder.
+    embeddings_ : ndarray of shape (n_models, embedding_dim), float32
+        One embedding per model, in the order of ``classes_``.
+    cost_ : ndarray of shape (n_models,) or None
+        Cost of each model, when given.
+    calibration_slope_, calibration_intercept_ : float or None
+        With ``calibration="pool"``: the slope ``b`` of LOCUS's logits and the
+        pool's offset; predictions are ``model_offsets_ + b * logit``.
+    model_offsets_ : ndarray of shape (n_models,), float32, or None
+        Each model's offset under the pool calibration.
+    head_weights_, head_biases_ : ndarray, float32, or None
+        With query heads: each model's head, ``(n_models, query_dim)`` and
+        ``(n_models,)``.
+    head_blends_ : ndarray of shape (n_models,), float32, or None
+        Each head's weight against LOCUS on the logit scale: ``head_blend_``,
+        the pool's, chosen at ``fit`` (0 for a model with no head).
+    head_blend_ : float or None
+    probability_calibrator_ : ProbabilityCalibrator or None
+        With ``calibration`` ``"isotonic"`` or ``"sigmoid"``: the map.
+    groups_ : ndarray of shape (n_groups,) or None
+        The query groups given to :meth:`fit`, in order of first appearance.
+    group_offsets_ : ndarray of shape (n_models, n_groups), float32, or None
+        Each model's logit offset for each group, for queries given a group.
+    budget_curve_ : ndarray of shape (3, n_weights) or None
+        With ``budget``: the weights of cost tried, and the held-out mean cost
+        and quality of each; a call's ``budget=`` chooses from it again.
+    budget_cost_weight_ : float or None
+        With ``budget``: the weight of cost the router routes by.
+    evaluation_queries_, evaluation_codes_, evaluation_sums_, \
+            evaluation_counts_, evaluation_offsets_ : ndarray
+        The evaluations each model is embedded from, kept to learn and change
+        the pool: the distinct queries; each evaluation's query (an index into
+        the first); the sum and number of its outcomes (its score is their
+        mean); where each model's evaluations start (model ``j``'s are
+        ``evaluation_offsets_[j]:evaluation_offsets_[j + 1]``).
+        :meth:`evaluations` lists them as a table.
+    evaluation_groups_ : ndarray of shape (n_queries,), int64, or None
+        With ``query_groups``: each kept query's index in ``groups_``, -1 for
+        none.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sklocus import LocusEmbedder, LocusRouter
+    >>> from sklocus.datasets import make_evaluations
+    >>> from sklocus.evaluations import to_matrix
+    >>> data = make_evaluations(n_models=8, n_queries=120, evals_per_model=None,
+    ...                         random_state=0)
+    >>> scores, queries = to_matrix(data.evaluation_sets)
+    >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
+    >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
+    ...                          n_latents=4, max_epochs=2, epoch_size=256,
+    ...                          random_state=0)
+    >>> router = LocusRouter(embedder).fit(queries, Y)
+    >>> router.predict(queries[:3]).shape
+    (3,)
+    """
+
+    _parameter_constraints = {
+        "embedder": [HasMethods(["fit", "transform"]), None],
+        "cost_weight": [Interval(numbers.Real, 0, None, closed="left")],
+        "min_probability": [Interval(numbers.Real, 0, 1, closed="both"), None],
+        "budget": [Interval(numbers.Real, 0, None, closed="left"), None],
+        "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
+        "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
+        "query_heads": [StrOptions({"auto"}), "boolean"],
+        "calibration": [StrOptions({name for name in CALIBRATIONS if name}), None],
+        "exploration": [StrOptions({"thompson", "ucb"}), None],
+        "exploration_strength": [Interval(numbers.Real, 0, None, closed="neither")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        embedder=None,
+        cost_weight=0.0,
+        refine_steps=50,
+        group_shrinkage=3.0,
+        calibration=None,
+        min_probability=None,
+        budget=None,
+        query_heads="auto",
+        exploration=None,
+        exploration_strength=1.0,
+        random_state=None,
+    ):
+        self.embedder = embedder
+        self.cost_weight = cost_weight
+        self.min_probability = min_probability
+        self.budget = budget
+        self.refine_steps = refine_steps
+        self.group_shrinkage = group_shrinkage
+        self.calibration = calibration
+        self.query_heads = query_heads
+        self.exploration = exploration
+        self.exploration_strength = exploration_strength
+        self.random_state = random_state
+
+    def __setstate__(self, state):
+        # A pickle of a router from before calibration= gets that setting.
+        super().__setstate__(merge_calibration_settings(state))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = False
+        # Y is a score matrix, not class labels: without this, cross-validation
+        # with an integer cv stratifies on Y, which fails on its NaNs.
+        tags.estimator_type = None
+        return tags
+
+    def fit(self, X, Y, cost=None, query_groups=None):
+        """Embed every model from its observed scores.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries (texts or ids understood by the embedder's query encoder).
+        Y : DataFrame or array-like of shape (n_queries, n_models)
+            Scores in [0, 1]; NaN where a model was not evaluated on a query. A
+            DataFrame's columns name the models; when its index holds the queries
+            of X, its rows are matched to X by label, otherwise row by row.
+        cost : array-like of shape (n_models,) or Series, default=None
+            Cost of each model (parameters, price...), non-negative.
+        query_groups : array-like of shape (n_queries,), default=None
+            Each query's benchmark, subject or category (None or NaN for none):
+            each model gets an offset per group (``group_offsets_``), applied to
+            queries whose groups :meth:`predict` and the others are given.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        ragged, names, table, query_groups = pool_of_table(X, Y, query_groups)
+        return self._fit(ragged, names, check_cost(cost, names), table, query_groups)
+
+    def fit_evaluations(
+        self, evaluation_sets, names=None, cost=None, query_groups=None
+    ):
+        """Embed every model from its evaluation set, as :meth:`fit` does from a table.
+
+        The same router as ``fit(queries, Y)`` with ``Y`` the dense table of these
+        sets, without building that table: what a pool read as evaluation sets or a
+        long table (:func:`~sklocus.evaluations.from_long`) needs, however many
+        models it holds. Only query heads, ``calibration`` and ``query_groups``,
+        which compare each model's scores with its predictions query by query,
+        build it.
+
+        Read more in the :ref:`User Guide <routing>`.
+
+        Parameters
+        ----------
+        evaluation_sets : sequence of mappings
+            One mapping from query to score per model, as
+            :class:`~sklocus.LocusEmbedder` takes them.
+        names : sequence, default=None
+            The models' names, distinct strings or integers; ``None`` numbers them
+            0 to n_models - 1, as an array ``Y`` does.
+        cost : array-like of shape (n_models,) or Series, default=None
+            Cost of each model, non-negative; a Series is matched by name.
+        query_groups : mapping, default=None
+            The group of each query (a query missing from it has none), as
+            :meth:`add_models` takes them.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        ragged, names = pool_of_sets(evaluation_sets, names)
+        cost = check_cost(cost, names)
+        needed = self.calibration is not None or heads_wanted(self, len(names))
+        table, groups = dense_table(ragged, query_groups, needed)
+        return self._fit(ragged, names, cost, table, groups)
+
+    def _fit(self, evaluation_sets, names, cost, table, query_groups):
+        """Fit on checked sets; ``table`` is ``(queries, scores)``, dense, when needed.
+
+        ``evaluation_sets`` is a :class:`~sklocus.evaluations.RaggedEvaluations`;
+        ``scores`` is ``(n_queries, n_models)``, NaN where unobserved.
+        """
+        if self.min_probability is not None or self.budget is not None:
+            check_policy(self.cost_weight, self.min_probability, self.budget, cost)
+        heads_on = heads_wanted(self, len(names))  # refuses heads without a LOCUS
+        check_exploration(self)
+        self.embedder_ = fitted_embedder(self.embedder, evaluation_sets)
+        locus = Locus(self.embedder_, self.refine_steps)
+        self.embeddings_ = locus.embed(evaluation_sets)
+        reset_exploration(self)
+        self._set_kept(keep(evaluation_sets))
+        self.classes_ = names
+        self.cost_ = cost
+        fit_stages(self, locus, evaluation_sets, table, query_groups, heads_on)
+        return self
+
+    def _scorer(self):
+        """Return the fitted router's stages, a :class:`~._scoring.Scorer`."""
+        return fitted_scorer(self)
+
+    def _draws(self):
+        """Return ``"thompson"``'s random state, which the router's copies share."""
+        return Exploration(self, None).draws()
+
+    def _chunks(self, X, query_groups=None, explore=False):
+        """Yield ``(start, probabilities, routed)`` for chunks of the queries.
+
+        ``routed`` are the probabilities to route by: ``probabilities``
+        themselves unless ``explore`` and the router explores.
+        """
+        queries = as_query_list(X)
+        if query_groups is not None:
+            query_groups = check_query_groups(query_groups, len(queries))
+        explore = explore and getattr(self, "exploration", None) is not None
+        if explore:
+            check_exploration(self)
+        yield from self._scorer().chunks(
+            model_rows(self), queries, query_groups, explore
+        )
+
+    def predict_correctness(self, X, query_groups=None):
+        """Probability that each model answers each query correctly.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups, when the router was fitted with
+            ``query_groups``: each model's offset for a query's group is added
+            to the logit of its probability. Groups not seen in ``fit``, and
+            None, get no offset; so does every query when this is None.
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_models), float32
+            Columns in the order of ``classes_``.
+        """
+        check_is_fitted(self, "embeddings_")
+        queries = as_query_list(X)
+        out = np.empty((len(queries), len(self.classes_)), dtype=np.float32)
+        for start, probabilities, _ in self._chunks(queries, query_groups):
+            out[start : start + len(probabilities)] = probabilities
+        return out
+
+    def predict_proba(self, X, query_groups=None):
+        """Each query's correctness probabilities, normalised to sum to one.
+
+        Not probabilities that a model is *the* best: ``predict_correctness``'s
+        rows over their sums, for scikit-learn tools that expect them.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups (see :meth:`predict_correctness`).
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_models)
+        """
+        probabilities = self.predict_correctness(X, query_groups).astype(np.float64)
+        return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+    def predict(
+        self,
+        X,
+        exclude=None,
+        query_groups=None,
+        *,
+        cost_weight=None,
+        min_probability=None,
+        budget=None,
+        explore=True,
+    ):
+        """Choose a model for each query.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        exclude : sequence of model names, default=None
+            Models that are unavailable; each query goes to the best of the others.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups (see :meth:`predict_correctness`).
+        cost_weight, min_probability, budget : float, default=None
+            The policy of this call only (see :meth:`rank_models`).
+        explore : bool, default=True
+            Route as the router's ``exploration`` says; False routes by the best
+            guesses (see :meth:`rank_models`).
+
+        Returns
+        -------
+        ndarray of shape (n_queries,)
+            The chosen model of each query (an entry of ``classes_``). Ties, models
+            whose utilities lie within 1e-6 of the best, go to the one listed first
+            in ``classes_``.
+        """
+        models, _ = self.rank_models(
+            X,
+            k=1,
+            exclude=exclude,
+            cost_weight=cost_weight,
+            min_probability=min_probability,
+            budget=budget,
+            query_groups=query_groups,
+            explore=explore,
+        )
+        return models[:, 0]
+
+    def rank_models(
+        self,
+        X,
+        k=3,
+        exclude=None,
+        *,
+        cost_weight=None,
+        min_probability=None,
+        budget=None,
+        query_groups=None,
+        explore=True,
+    ):
+        """List the ``k`` best models for each query, best first, with probabilities.
+
+        Models are ranked as :meth:`predict` chooses them, so the first is
+        ``predict``'s choice: by probability of a correct answer less the weighted
+        cost; or, with ``min_probability``, the models that reach it by cost (then
+        probability) above the others by probability.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        k : int, default=3
+            Models to list per query; at most the number of models not excluded.
+        exclude : sequence of model names, default=None
+            Models that are unavailable; they are never listed.
+        cost_weight : float, default=None
+            The weight of cost for this call only, in place of the router's policy;
+            ``None`` keeps the router's. A served router takes it per request this
+            way, without changing the shared estimator.
+        min_probability : float in [0, 1], default=None
+            A threshold for this call only, in place of the router's policy (see
+            the router's ``min_probability``).
+        budget : float, default=None
+            A mean cost per query for this call only, in place of the router's
+            policy: the weight of cost is chosen from ``budget_curve_``, so the
+            router must have been fitted with a ``budget``. One of
+            ``cost_weight``, ``min_probability`` and ``budget`` per call.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups (see :meth:`predict_correctness`).
+        explore : bool, default=True
+            With the router's ``exploration``, rank by its draws (or upper
+            bounds) of the probabilities, not by their best guesses; the
+            probabilities returned are the best guesses all the same. Without
+            ``exploration`` this changes nothing.
+
+        Returns
+        -------
+        models : ndarray of shape (n_queries, k)
+            Entries of ``classes_``, best first.
+        probabilities : ndarray of shape (n_queries, k), float32
+            Probability that each listed model answers the query correctly.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> from sklearn.frozen import FrozenEstimator
+        >>> from sklocus import LocusEmbedder, LocusRouter
+        >>> from sklocus.datasets import make_evaluations
+        >>> from sklocus.evaluations import to_matrix
+        >>> data = make_evaluations(n_models=6, n_queries=80, evals_per_model=None,
+        ...                         random_state=0)
+        >>> scores, queries = to_matrix(data.evaluation_sets)
+        >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
+        ...                          n_latents=4, max_epochs=1, epoch_size=128,
+        ...                          random_state=0).fit(data.evaluation_sets)
+        >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
+        >>> router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
+        >>> models, probabilities = router.rank_models(queries[:2], k=2)
+        >>> models.shape, probabilities.shape
+        ((2, 2), (2, 2))
+        """
+        check_is_fitted(self, "embeddings_")
+        cost_weight, min_probability = call_policy(
+            self, cost_weight, min_probability, budget
+        )
+        excluded = selected(self.classes_, exclude, "exclude")
+        available = int((~excluded).sum())
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"k={k!r} must be a positive integer")
+        if k > available:
+            raise ValueError(
+                f"k={k} is more than the {available} models available to route to"
+            )
+        queries = as_query_list(X)
+        ranked = np.empty((len(queries), k), dtype=np.int64)
+        probabilities = np.empty((len(queries), k), dtype=np.float32)
+        for start, chunk, routed in self._chunks(queries, query_groups, explore):
+            rows = slice(start, start + len(chunk))
+            ranked[rows] = ranking(
+                routed, excluded, self.cost_, cost_weight, min_probability, k
+            )
+            probabilities[rows] = np.take_along_axis(chunk, ranked[rows], axis=1)
+        return self.classes_[ranked], probabilities

@@ -1,0 +1,145 @@
+"""LOCUS's own predictions for a router: refined embeddings and their P(correct).
+
+The first stage of every route: each model is embedded from its evaluations
+(refined as the router's ``refine_steps`` says) and scored on the queries by the
+embedder's correctness predictor. The other stages read LOCUS through
+:class:`Locus`, which also gives what they are fitted on: the query encodings,
+each model embedded from each half of its evaluations, and each model's level.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+from sklearn.base import clone
+
+from sklocus._calibration import held_out_pairs, in_both_halves, split_halves
+from sklocus._embedder import LocusEmbedder
+from sklocus._groups import logits
+from sklocus._router._tables import is_fitted
+from sklocus.evaluations import query_sort_key
+
+# Queries are scored in chunks of this many, so that memory stays bounded
+# however many queries come in.
+QUERY_CHUNK = 8192
+
+
+def chunks(n):
+    """Return the slices of ``range(n)`` scored at once."""
+    return [slice(start, start + QUERY_CHUNK) for start in range(0, n, QUERY_CHUNK)]
+
+
+def sorted_order(queries):
+    """Return ``queries``' indices in an order that does not depend on theirs."""
+    keys = [query_sort_key(query) for query in queries]
+    return sorted(range(len(keys)), key=keys.__getitem__)
+
+
+def fitted_embedder(embedder, evaluation_sets):
+    """Return the router's ``embedder_``: ``embedder`` cloned and fitted, or frozen.
+
+    ``None`` fits a ``LocusEmbedder()``; a fitted LocusEmbedder not wrapped in
+    ``FrozenEstimator`` is trained again from scratch, with a warning.
+    """
+    embedder = LocusEmbedder() if embedder is None else embedder
+    if isinstance(embedder, LocusEmbedder) and is_fitted(embedder):
+        warnings.warn(
+            "LocusRouter clones and refits its embedder, so this fitted "
+            "LocusEmbedder is trained again from scratch; wrap it in "
+            "sklearn.frozen.FrozenEstimator to route with it as it is",
+            UserWarning,
+            stacklevel=3,
+        )
+    return clone(embedder).fit(evaluation_sets, None)
+
+
+class Locus:
+    """LOCUS's predictions through a router's fitted embedder.
+
+    Parameters
+    ----------
+    embedder : LocusEmbedder or FrozenEstimator or other fitted embedder
+        The router's ``embedder_``.
+    refine_steps : int or None
+        The router's ``refine_steps``: used in place of a LocusEmbedder's own.
+    """
+
+    def __init__(self, embedder, refine_steps):
+        self.embedder = embedder
+        self.refine_steps = refine_steps
+        inner = getattr(embedder, "estimator", embedder)  # FrozenEstimator's
+        # The LocusEmbedder whose network and query encoder the stages reach
+        # into, or None for another embedder.
+        self.inner = inner if isinstance(inner, LocusEmbedder) else None
+
+    def embed(self, evaluation_sets):
+        """Embeddings of models, refined as ``refine_steps`` says, float32."""
+        embedder = self.embedder
+        if self.refine_steps is not None and self.inner is not None:
+            # A shallow copy shares the fitted network and leaves the user's
+            # embedder (perhaps frozen, perhaps shared) as it was.
+            embedder = copy.copy(self.inner)
+            embedder.refine_steps = self.refine_steps
+        return np.asarray(embedder.transform(evaluation_sets), dtype=np.float32)
+
+    def probabilities(self, embeddings, queries):
+        """P(correct) ``(n_queries, n_models)`` of one chunk, by the embedder's API."""
+        return self.embedder.predict_correctness(embeddings, queries).T
+
+    def encode(self, queries):
+        """Encode ``queries``, a chunk at a time."""
+        return np.concatenate(
+            [self.inner._encode(queries[rows]) for rows in chunks(len(queries))]
+        )
+
+    def predict(self, embeddings, vectors):
+        """P(correct) ``(n_queries, n_models)`` of one chunk of encoded queries."""
+        embeddings = self.inner._check_embeddings(embeddings)
+        return self.inner._predict(embeddings, vectors).T
+
+    def half_embeddings(self, queries, scores, width):
+        """Each model embedded from each half of its evaluations.
+
+        Returns ``(half, embeddings)``: :func:`~sklocus._calibration.split_halves`'
+        assignment, and for halves 0 and 1 an ``(n_models, width)`` array
+        (zeros for a model without evaluations in both halves).
+        """
+        rank = np.empty(len(queries), dtype=np.int64)
+        rank[sorted_order(queries)] = np.arange(len(queries))
+        half = split_halves(~np.isnan(scores), rank)
+        both = in_both_halves(half)
+        embeddings = []
+        for h in (0, 1):
+            sets = [
+                {queries[i]: scores[i, j] for i in np.flatnonzero(half[:, j] == h)}
+                for j in np.flatnonzero(both)
+            ]
+            z = np.zeros((scores.shape[1], width), np.float32)
+            if sets:
+                z[both] = self.embed(sets)
+            embeddings.append(z)
+        return half, embeddings
+
+    def held_out_logits(self, queries, scores, halves):
+        """Each model's evaluations predicted from an embedding of the other half.
+
+        ``halves`` is :meth:`half_embeddings`' result. Returns
+        :func:`~sklocus._calibration.held_out_pairs`' arrays.
+        """
+        half, embeddings = halves
+
+        def predict(h, rows):
+            return self.probabilities(embeddings[h], [queries[i] for i in rows])
+
+        return held_out_pairs(predict, scores, half, QUERY_CHUNK)
+
+    def levels(self, embeddings, queries, scores):
+        """Each model's mean LOCUS logit on the queries it was evaluated on."""
+        total = np.zeros(scores.shape[1])
+        observed = ~np.isnan(scores)
+        for rows in chunks(len(queries)):
+            found = logits(self.probabilities(embeddings, queries[rows]))
+            total += np.where(observed[rows], found, 0.0).sum(axis=0)
+        return total / np.maximum(observed.sum(axis=0), 1)

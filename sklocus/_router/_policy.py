@@ -1,0 +1,168 @@
+"""The routing policy stage: from probabilities to the model each query goes to.
+
+A router routes by probability alone, by ``P(correct) - w * cost / max(cost)``
+(a weight of cost), by a threshold on the probability (the cheapest model that
+reaches it), or within a budget (the weight of cost whose held-out routes kept
+within a mean cost per query, :mod:`sklocus._budget`). The router's settings
+hold unless a call gives its own.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+
+from sklocus._budget import held_out_curve, weight_within
+from sklocus._router._locus import chunks
+from sklocus._router._rows import ModelRows
+from sklocus._routing import (
+    best_models,
+    cost_utilities,
+    policies_given,
+    threshold_utilities,
+)
+from sklocus.evaluations import check_evaluation_sets, to_matrix
+
+
+def check_number(value, name, *, high):
+    """Refuse a setting of one call that is not a number in [0, high]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0 <= value <= high
+        or value == np.inf
+    ):
+        bound = "a finite number of at least 0" if high == np.inf else f"in [0, {high}]"
+        raise ValueError(f"{name}={value!r} must be {bound}")
+
+
+def check_policy(cost_weight, min_probability, budget, cost):
+    """Refuse a threshold or a budget without costs, or beside another policy."""
+    given = {}
+    if cost_weight:
+        given["cost_weight"] = cost_weight
+    if min_probability is not None:
+        given["min_probability"] = min_probability
+    if budget is not None:
+        given["budget"] = budget
+    if len(given) > 1:
+        settings = " and ".join(f"{name}={value!r}" for name, value in given.items())
+        raise ValueError(
+            f"{settings}: a router routes by one policy (a weight of cost, a "
+            "threshold or a budget); leave the others at their defaults"
+        )
+    if cost is None:
+        name, value = next(iter(given.items()))
+        raise ValueError(
+            f"{name}={value!r} routes by the models' costs, which the router does "
+            "not have: give cost"
+        )
+
+
+def call_policy(router, cost_weight, min_probability, budget=None):
+    """Return the routing policy of a call: ``(cost_weight, min_probability)``.
+
+    A call's own setting replaces the router's policy; unset, the router's
+    holds. A budget routes by the weight it chooses from ``budget_curve_``.
+    """
+    given = [
+        f"{name}={value!r}"
+        for name, value in policies_given(cost_weight, min_probability, budget).items()
+    ]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)}: give one policy per call")
+    if budget is not None:
+        check_number(budget, "budget", high=np.inf)
+        if router.budget_curve_ is None:
+            raise ValueError(
+                f"budget={budget!r}: a call chooses its weight of cost from the "
+                "held-out curve of a router fitted with a budget, and this one "
+                "was fitted without"
+            )
+        weight, _ = weight_within(router.budget_curve_, budget)
+        return weight, None
+    if cost_weight is not None:
+        check_number(cost_weight, "cost_weight", high=np.inf)
+        if cost_weight and router.cost_ is None:
+            raise ValueError(
+                f"cost_weight={cost_weight!r} needs costs, but the router was "
+                "fitted without them"
+            )
+        return cost_weight, None
+    if min_probability is not None:
+        check_number(min_probability, "min_probability", high=1)
+        check_policy(0, min_probability, None, router.cost_)
+        return 0, min_probability
+    if router.budget_cost_weight_ is not None:
+        return router.budget_cost_weight_, None
+    return router.cost_weight, router.min_probability
+
+
+def utilities(probabilities, cost, cost_weight, min_probability=None):
+    """Utilities of ``(n_queries, n_models)`` probabilities, as routed."""
+    if min_probability is None and (cost is None or cost_weight == 0):
+        return probabilities
+    cost = np.broadcast_to(cost[:, None], probabilities.T.shape)
+    if min_probability is not None:
+        return threshold_utilities(probabilities.T, cost, min_probability).T
+    return cost_utilities(probabilities.T, cost, cost_weight).T
+
+
+def ranking(probabilities, excluded, cost, cost_weight, min_probability, k):
+    """Each query's ``k`` best models, best first, as indices ``(n_queries, k)``.
+
+    Ranked by utility under the policy, the first being
+    :func:`~sklocus._routing.best_models`' choice (near-ties to the model
+    listed first); ``excluded`` (a mask) are never ranked.
+    """
+    # An excluded model neither qualifies for a threshold nor is chosen.
+    routable = np.where(excluded, -np.inf, probabilities.astype(np.float64))
+    utility = utilities(routable, cost, cost_weight, min_probability)
+    # Lift best_models' choice above the rest before sorting.
+    first = best_models(utility.T)
+    utility[np.arange(len(utility)), first] = np.inf
+    return np.argsort(-utility, axis=1, kind="stable")[:, :k]
+
+
+def fit_budget(router, scorer, evaluation_sets, cost):
+    """Set ``budget_curve_`` and ``budget_cost_weight_``, as ``budget`` says.
+
+    ``scorer`` holds the router's stages as fitted; the heads, like the
+    embeddings, are fitted again on the half each model is embedded from.
+    """
+
+    def probabilities(embeddings, queries, seen):
+        # Query heads, like the embeddings, from the seen half alone (under
+        # the pool's blend): heads of every evaluation would have seen the
+        # queries they are scored on.
+        heads = None
+        if scorer.heads is not None:
+            scores, seen_queries = to_matrix(seen)
+            heads = scorer.heads.fit_models(
+                scorer, embeddings, router.model_offsets_, seen_queries, scores.T
+            )
+        rows = ModelRows(embeddings, router.model_offsets_, heads)
+        found = [
+            scorer.probabilities(rows, queries[part]) for part in chunks(len(queries))
+        ]
+        return np.concatenate(found).T
+
+    router.budget_curve_ = held_out_curve(
+        check_evaluation_sets(evaluation_sets),
+        router.embeddings_,
+        scorer.locus.embed,
+        probabilities,
+        cost,
+    )
+    router.budget_cost_weight_, met = weight_within(router.budget_curve_, router.budget)
+    if not met:
+        warnings.warn(
+            f"no weight of cost kept the mean cost per query within "
+            f"budget={router.budget!r} on held-out evaluations (the least was "
+            f"{router.budget_curve_[1].min():.6g}); the router routes by the "
+            f"weight of that least cost, {router.budget_cost_weight_:g}",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,70 @@
+"""How well a router routes: its ``score``, as a classifier's is its accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from sklocus._router._policy import call_policy, utilities
+from sklocus._router._tables import score_table
+from sklocus.encoders import as_query_list
+from sklocus.metrics import routing_accuracy
+
+
+class RoutingScoreMixin:
+    """``score`` and the pairs the correctness scorers read, for a router.
+
+    Where :class:`~sklearn.base.ClassifierMixin` scores a classifier by its
+    accuracy, :class:`~sklocus.LocusRouter` is scored by its routing accuracy.
+    """
+
+    def score(self, X, Y, sample_weight=None, query_groups=None):
+        """Routing accuracy: the mean observed score of the chosen model.
+
+        Each query is routed with :meth:`predict`; queries whose chosen model has no
+        observed score in ``Y`` are left out of the mean.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        Y : DataFrame or array-like of shape (n_queries, n_models)
+            Observed scores, NaN where unobserved, columns as ``classes_``; rows
+            matched to X as in :meth:`fit`.
+        sample_weight : array-like of shape (n_queries,), default=None
+            Weights of the queries.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups (see :meth:`predict_correctness`).
+
+        Returns
+        -------
+        float
+        """
+        check_is_fitted(self, "embeddings_")
+        queries = as_query_list(X)
+        scores, _ = score_table(Y, queries, self.classes_)
+        # Routed as predict routes without exploring: by the utilities of the
+        # router's policy, which routing_accuracy chooses from as predict does.
+        cost_weight, min_probability = call_policy(self, None, None)
+        found = np.empty(scores.shape)
+        for start, probabilities, _ in self._chunks(queries, query_groups):
+            rows = slice(start, start + len(probabilities))
+            found[rows] = utilities(
+                probabilities.astype(np.float64),
+                self.cost_,
+                cost_weight,
+                min_probability,
+            )
+        return routing_accuracy(scores.T, found.T, sample_weight=sample_weight)
+
+    def _correctness_pairs(self, X, Y):
+        """Observed scores of Y and predicted probabilities, as two matrices.
+
+        What the scorers of :func:`sklocus.metrics.get_scorer` measure.
+        """
+        check_is_fitted(self, "embeddings_")
+        queries = as_query_list(X)
+        if Y is None:
+            raise ValueError("scoring a router's correctness needs Y, the scores")
+        scores, _ = score_table(Y, queries, self.classes_)
+        return scores, self.predict_correctness(queries)

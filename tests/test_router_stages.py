@@ -1,0 +1,179 @@
+"""The router's stages as components: composed in order, rebuilt from a router.
+
+Each stage's own model has its tests (test_calibration, test_query_heads,
+test_probability_calibration, test_groups, test_exploration, test_budget in
+test_router); these check how LocusRouter composes them.
+"""
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from model_file_edits import rewrite
+from sklearn.frozen import FrozenEstimator
+from tiny import SMALL_NETWORK
+
+import sklocus
+from sklocus import LocusEmbedder, LocusRouter
+from sklocus._calibration import apply_calibration
+from sklocus._groups import apply_group_offsets
+from sklocus._query_heads import apply_heads
+from sklocus._router._rows import ModelRows, model_rows
+from sklocus._router._scoring import CALIBRATIONS, merge_calibration_settings
+from sklocus.cli._parsers import CALIBRATION_CHOICES
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+
+
+@pytest.fixture(scope="module")
+def pool():
+    data = make_evaluations(
+        n_models=8, n_queries=200, evals_per_model=None, query_dim=8, random_state=1
+    )
+    embedder = LocusEmbedder(query_encoder=data.encoder, **SMALL_NETWORK)
+    embedder.fit(data.evaluation_sets)
+    scores, queries = to_matrix(data.evaluation_sets)
+    table = scores.T.copy()
+    table[np.random.default_rng(0).random(table.shape) < 0.3] = np.nan
+    Y = pd.DataFrame(table[:150], columns=data.model_names)
+    groups = np.array([f"g{i % 2}" for i in range(len(queries))], dtype=object)
+    return embedder, list(queries), Y, groups
+
+
+@pytest.fixture(scope="module")
+def every_stage(pool):
+    """A router with every stage that changes probabilities: both calibrations,
+    query heads and group offsets."""
+    embedder, queries, Y, groups = pool
+    router = LocusRouter(
+        FrozenEstimator(embedder), calibration="pool+isotonic", query_heads=True
+    )
+    return router.fit(queries[:150], Y, query_groups=groups[:150])
+
+
+def test_the_stages_apply_in_order_on_locus_probabilities(pool, every_stage):
+    embedder, queries, _, groups = pool
+    router, test = every_stage, queries[150:]
+    vectors = embedder._encode(test)
+    z = embedder._check_embeddings(router.embeddings_)
+    found = embedder._predict(z, vectors).T  # LOCUS, refined embeddings
+    found = apply_calibration(found, router.calibration_slope_, router.model_offsets_)
+    heads = (router.head_weights_, router.head_biases_, router.head_blends_)
+    found = apply_heads(found, vectors, *heads)
+    found = router.probability_calibrator_.predict(found)
+    np.testing.assert_array_equal(router.predict_correctness(test), found)
+    grouped = apply_group_offsets(
+        found, groups[150:], router.groups_, router.group_offsets_
+    )
+    np.testing.assert_array_equal(
+        router.predict_correctness(test, groups[150:]), grouped
+    )
+
+
+def test_a_router_rebuilds_its_stages_from_its_fitted_attributes(every_stage):
+    scorer = every_stage._scorer()
+    assert scorer.calibration.slope == every_stage.calibration_slope_
+    assert scorer.heads.blend == every_stage.head_blend_
+    assert scorer.probability_map.calibrator is every_stage.probability_calibrator_
+    assert scorer.group_offsets.groups is every_stage.groups_
+    rows = model_rows(every_stage)
+    assert rows.embeddings is every_stage.embeddings_
+    assert rows.heads[0] is every_stage.head_weights_
+    queries = every_stage.evaluation_queries_[:2].tolist()
+    plain = LocusRouter(FrozenEstimator(every_stage.embedder_.estimator))
+    plain.fit_evaluations([dict(zip(queries, [1.0, 0.0]))], ["m"])
+    scorer = plain._scorer()
+    assert (scorer.calibration, scorer.probability_map, scorer.group_offsets) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_stages_fitted_for_new_models_are_those_a_fit_gives_them(pool, every_stage):
+    """A model's rows depend on its evaluations and the pool-wide fit alone."""
+    embedder, queries, Y, groups = pool
+    router = pickle.loads(pickle.dumps(every_stage))
+    kept = router.evaluations()
+    name = router.classes_[3]
+    own = kept[kept["model"] == name]
+    router.remove_models([name])
+    group_of = dict(zip(queries[:150], groups[:150]))
+    router.add_models(
+        [dict(zip(own["query"], own["score"]))], ["again"], None, group_of
+    )
+    for before, after in zip(model_rows(every_stage), model_rows(router)):
+        if before is None:
+            continue
+        parts = before if isinstance(before, tuple) else (before,)
+        again = after if isinstance(after, tuple) else (after,)
+        for old, new in zip(parts, again):
+            np.testing.assert_allclose(new[-1], old[3], rtol=1e-4, atol=1e-5)
+
+
+def test_rows_are_written_anew_never_in_place(every_stage):
+    router = pickle.loads(pickle.dumps(every_stage))
+    embeddings, offsets = router.embeddings_, router.model_offsets_
+    first = embeddings.copy()
+    router.remove_models([router.classes_[0]])
+    assert router.embeddings_ is not embeddings
+    np.testing.assert_array_equal(embeddings, first)
+    assert len(router.model_offsets_) == len(offsets) - 1
+    assert isinstance(model_rows(router), ModelRows)
+
+
+@pytest.mark.parametrize(
+    ("calibrate", "method", "expected"),
+    [
+        (False, None, None),
+        (True, None, "pool"),
+        (False, "isotonic", "isotonic"),
+        (True, "sigmoid", "pool+sigmoid"),
+    ],
+)
+def test_the_two_calibration_settings_of_before_become_one(calibrate, method, expected):
+    params = {"calibrate": calibrate, "calibration_method": method, "budget": None}
+    assert merge_calibration_settings(params) == {
+        "calibration": expected,
+        "budget": None,
+    }
+    # Values they could not take are left for the checks to refuse.
+    odd = {"calibrate": "yes", "calibration_method": None}
+    assert merge_calibration_settings(dict(odd)) == odd
+    assert CALIBRATIONS[expected][0] == calibrate
+
+
+def test_the_command_line_offers_every_calibration():
+    assert set(CALIBRATION_CHOICES) == {name for name in CALIBRATIONS if name}
+
+
+def test_a_format_6_router_file_loads_with_its_calibration_merged(
+    every_stage, tmp_path
+):
+    path = tmp_path / "router.sklocus"
+    sklocus.save(every_stage, path)
+
+    def as_format_6(header):
+        params = header["estimator"]["params"]
+        del params["calibration"]
+        params.update(calibrate=True, calibration_method="isotonic")
+        header["format_version"] = 6
+
+    rewrite(path, as_format_6)
+    loaded = sklocus.load(path)
+    assert loaded.calibration == "pool+isotonic"
+    queries = list(every_stage.evaluation_queries_[:20])
+    np.testing.assert_array_equal(
+        loaded.predict_correctness(queries), every_stage.predict_correctness(queries)
+    )
+
+
+def test_a_pickle_of_before_gets_the_one_setting(every_stage):
+    state = every_stage.__getstate__()
+    del state["calibration"]
+    state.update(calibrate=True, calibration_method="isotonic")
+    router = LocusRouter.__new__(LocusRouter)
+    router.__setstate__(state)
+    assert router.calibration == "pool+isotonic"
+    assert "calibrate" not in router.__dict__
