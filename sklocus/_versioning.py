@@ -41,7 +41,9 @@ class VersionStampMixin:
     """
 
     def __getstate__(self):
-        state = super().__getstate__()
+        # A copy: object.__getstate__ gives the estimator's own __dict__, and a
+        # stamp written there would show in (and vanish from) other copies.
+        state = dict(super().__getstate__())
         state["_sklocus_version"] = __version__
         return state
 

@@ -640,7 +640,8 @@ def test_a_file_of_an_earlier_format_is_refused(fitted, tmp_path):
     with pytest.raises(
         ModelFileError,
         match=r"in model file format 3, which sklocus .* does not read for a "
-        r"LocusRouter \(it reads format 6\)\. Refit the estimator and save it again",
+        r"LocusRouter \(it reads formats 6 to 7\)\. Refit the estimator and save it "
+        r"again",
     ):
         sklocus.load(path)
 
@@ -652,7 +653,9 @@ def test_format_5_holds_every_estimator_but_a_router(fitted, tmp_path):
     rewrite(path, lambda h: h.update({"format_version": 5}))
     assert isinstance(sklocus.load(path), sklocus.LocusEmbedder)
     rewrite(path, lambda h: h.update({"format_version": 4}))
-    with pytest.raises(ModelFileError, match=r"does not read \(it reads format 5\)"):
+    with pytest.raises(
+        ModelFileError, match=r"does not read \(it reads formats 5 to 7\)"
+    ):
         sklocus.load(path)
     path = tmp_path / "router.sklocus"
     sklocus.save(fitted["router"], path)

@@ -169,6 +169,32 @@ def test_a_format_6_router_file_loads_with_its_calibration_merged(
     )
 
 
+def test_a_format_6_file_with_a_numpy_bool_or_odd_settings(every_stage, tmp_path):
+    """A numpy bool is stored as an array, and read as one; odd values are refused."""
+    path = tmp_path / "router.sklocus"
+    sklocus.save(every_stage, path)
+
+    def numpy_bool(header):
+        params = header["estimator"]["params"]
+        del params["calibration"]
+        params.update(calibrate={"scalar": "calibrate"}, calibration_method="isotonic")
+        header["format_version"] = 6
+
+    rewrite(path, numpy_bool, lambda arrays: arrays.update(calibrate=np.array(True)))
+    assert sklocus.load(path).calibration == "pool+isotonic"
+    sklocus.save(every_stage, path)
+
+    def odd(header):
+        params = header["estimator"]["params"]
+        del params["calibration"]
+        params.update(calibrate="yes", calibration_method="isotonic")
+        header["format_version"] = 6
+
+    rewrite(path, odd)
+    with pytest.raises(sklocus.ModelFileError, match="calibrate='yes' and "):
+        sklocus.load(path)
+
+
 def test_a_pickle_of_before_gets_the_one_setting(every_stage):
     state = every_stage.__getstate__()
     del state["calibration"]

@@ -32,7 +32,6 @@ from sklocus._files import write_atomically
 from sklocus._persistence._reader import ModelFileError, Reader
 from sklocus._persistence._schema import CLASSES
 from sklocus._persistence._writer import Writer
-from sklocus._router._scoring import merge_calibration_settings
 from sklocus._versioning import __version__, warn_if_other_version
 
 __all__ = ["ModelFileError", "load", "save"]
@@ -181,12 +180,8 @@ def load(path):
             f"{path} does not match the checksum recorded when it was saved: it was "
             "damaged or modified since"
         )
-    reader = Reader(path, arrays)
+    reader = Reader(path, arrays, header["format_version"])
     described = header["estimator"]
-    if header["format_version"] < 7 and isinstance(described, dict):
-        params = described.get("params")
-        if described.get("class") == "LocusRouter" and isinstance(params, dict):
-            merge_calibration_settings(params)
     name = described.get("class") if isinstance(described, dict) else None
     root = name if isinstance(name, str) and name in CLASSES else "the file"
     try:
@@ -274,7 +269,8 @@ def _read_header(path, metadata):
         raise ModelFileError(
             f"{path} was written by sklocus {written} in model file format "
             f"{version}, which sklocus {__version__} does not read{what} (it "
-            f"reads format {oldest}). Refit the estimator and save it again."
+            f"reads formats {oldest} to {_FORMAT_VERSION}). Refit the estimator "
+            "and save it again."
         )
     return header
 

@@ -23,6 +23,8 @@ from sklocus._persistence._schema import (
     inconsistency,
 )
 from sklocus._persistence._writer import known_classes
+from sklocus._router import LocusRouter
+from sklocus._router._scoring import merge_calibration_settings
 from sklocus.encoders import PrecomputedEncoder
 from sklocus.nn.assembly import locus_network, release_training_state
 from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
@@ -56,9 +58,10 @@ class ModelFileError(ValueError):
 class Reader:
     """Rebuilds estimators from a description and the file's arrays."""
 
-    def __init__(self, path, arrays):
+    def __init__(self, path, arrays, format_version=None):
         self.path = path
         self.arrays = arrays
+        self.format_version = format_version
         self.used = set()
         self.built = {}  # where an estimator was described: the estimator
 
@@ -80,6 +83,8 @@ class Reader:
         params, fitted = node["params"], node["fitted"]
         if not isinstance(params, dict) or not isinstance(fitted, dict):
             raise self.refuse(f"{where} ({name}) is not a valid description")
+        if cls is LocusRouter and (self.format_version or 0) < 7:
+            params = self.merged_calibration(params, where)
         unknown = set(params) - set(cls._get_param_names())
         if unknown:
             raise self.refuse(
@@ -106,6 +111,24 @@ class Reader:
         if fitted:
             self.set_fitted(estimator, fitted, where)
         return estimator
+
+    def merged_calibration(self, params, where):
+        """Read a format-6 router's calibrate and calibration_method as calibration."""
+        old = ("calibrate", "calibration_method")
+        if "calibration" in params or not set(old) <= params.keys():
+            return params
+        values = {
+            key: self.attribute(params[key], key, f"{where}.{key}") for key in old
+        }
+        merged = merge_calibration_settings({**params, **values})
+        if "calibration" not in merged:
+            raise self.refuse(
+                f"{where} has calibrate={values['calibrate']!r} and "
+                f"calibration_method={values['calibration_method']!r}, which model "
+                "file format 6 never held (a bool, and 'isotonic', 'sigmoid' or "
+                "None): they cannot be read as one calibration"
+            )
+        return merged
 
     def attribute(self, node, name, where):
         """Read a parameter or fitted attribute: a value, or an estimator."""

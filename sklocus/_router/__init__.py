@@ -9,8 +9,9 @@ LOCUS's logits first (:mod:`._exploration`). :mod:`._scoring` composes them and
 :mod:`._policy` turns probabilities into routes. Each stage is fitted on what
 the stages before it predict, keeps its pool-wide values and one row per model
 as fitted attributes of the router (what model files hold), and is rebuilt from
-them (its ``of(router)``). :mod:`._editing` changes the pool of a fitted router,
-one model's rows at a time (:mod:`._rows`).
+them (``of(router)``; LOCUS and exploration read the router's own).
+:mod:`._editing` changes the pool of a fitted router, one model's rows at a
+time (:mod:`._rows`).
 """
 
 from sklocus._router._core import LocusRouter

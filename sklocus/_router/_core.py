@@ -85,25 +85,24 @@ class LocusRouter(
             "pool+sigmoid"} or None, default=None
         Calibrate on the pool's own evaluations, each predicted from an
         embedding of the other half of its model's. ``"pool"`` fits LOCUS's
-        logits first: one slope for the pool and one shrunken offset per model
-        (:ref:`router_calibration`; off by default, as it helped on some unseen
-        benchmarks and hurt on others). ``"isotonic"`` and ``"sigmoid"`` map the
+        logits first, one slope for the pool and one shrunken offset per model
+        (:ref:`router_calibration`; off by default: it helped on some unseen
+        benchmarks, hurt on others). ``"isotonic"`` and ``"sigmoid"`` map the
         final probabilities through one increasing
         :class:`~sklocus.calibration.ProbabilityCalibrator`, so that 0.8 comes
-        true about 8 times in 10: it keeps each query's likeliest model and
-        moves what thresholds, budgets and weights of cost choose
-        (:ref:`calibrated_probabilities`). ``"pool+..."`` does both. Each costs
-        two more embeddings of each model at ``fit`` (``"pool"``, at
-        :meth:`add_models` too).
+        true 8 times in 10, which moves thresholds, budgets and weights of cost
+        but no query's likeliest model (:ref:`calibrated_probabilities`).
+        ``"pool+..."`` does both. Each costs two more embeddings per model.
     min_probability : float in [0, 1] or None, default=None
-        Route to the cheapest model whose probability reaches this, or to the
-        likeliest when none does (:ref:`routing_on_a_budget`). Needs costs.
+        Route to the cheapest model whose probability reaches this, else to the
+        likeliest (:ref:`routing_on_a_budget`). Needs costs, ``cost_weight=0``.
     budget : float or None, default=None
         Route within a mean cost per query: ``fit`` chooses the weight of cost
         whose routes were best within it on held-out evaluations of the pool
         (``budget_cost_weight_``; it warns when none kept within it) at two
         more embeddings of each model. The weight is kept when the pool
-        changes (:ref:`routing_on_a_budget`). Needs costs.
+        changes (:ref:`routing_on_a_budget`). Needs costs, ``cost_weight=0``
+        and no ``min_probability``.
     query_heads : "auto" or bool, default="auto"
         Fit each model a logistic regression on the query encodings of its
         evaluations and blend its logits with LOCUS's, the penalty chosen per
@@ -134,19 +133,21 @@ class LocusRouter(
     cost_ : ndarray of shape (n_models,) or None
         Cost of each model, when given.
     calibration_slope_, calibration_intercept_ : float or None
-        With ``calibration="pool"``: the slope ``b`` of LOCUS's logits and the
-        pool's offset; predictions are ``model_offsets_ + b * logit``.
+        With ``calibration="pool"`` or ``"pool+..."``: the slope ``b`` of
+        LOCUS's logits and the pool's offset (``model_offsets_ + b * logit``).
     model_offsets_ : ndarray of shape (n_models,), float32, or None
         Each model's offset under the pool calibration.
     head_weights_, head_biases_ : ndarray, float32, or None
         With query heads: each model's head, ``(n_models, query_dim)`` and
         ``(n_models,)``.
-    head_blends_ : ndarray of shape (n_models,), float32, or None
-        Each head's weight against LOCUS on the logit scale: ``head_blend_``,
-        the pool's, chosen at ``fit`` (0 for a model with no head).
     head_blend_ : float or None
+        The pool's weight of the heads against LOCUS on the logit scale,
+        chosen at ``fit`` and given to models added later.
+    head_blends_ : ndarray of shape (n_models,), float32, or None
+        Each model's: ``head_blend_``, or 0 for a model with no head.
     probability_calibrator_ : ProbabilityCalibrator or None
-        With ``calibration`` ``"isotonic"`` or ``"sigmoid"``: the map.
+        With ``calibration`` ``"isotonic"``, ``"sigmoid"`` or ``"pool+..."`` of
+        them: the map.
     groups_ : ndarray of shape (n_groups,) or None
         The query groups given to :meth:`fit`, in order of first appearance.
     group_offsets_ : ndarray of shape (n_models, n_groups), float32, or None
@@ -228,7 +229,7 @@ class LocusRouter(
 
     def __setstate__(self, state):
         # A pickle of a router from before calibration= gets that setting.
-        super().__setstate__(merge_calibration_settings(state))
+        super().__setstate__(merge_calibration_settings(dict(state)))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -264,8 +265,8 @@ class LocusRouter(
         self
         """
         self._validate_params()
-        ragged, names, table, query_groups = pool_of_table(X, Y, query_groups)
-        return self._fit(ragged, names, check_cost(cost, names), table, query_groups)
+        pool = pool_of_table(X, Y, cost, query_groups)
+        return self._fit(*pool)
 
     def fit_evaluations(
         self, evaluation_sets, names=None, cost=None, query_groups=None
@@ -302,7 +303,8 @@ class LocusRouter(
         self._validate_params()
         ragged, names = pool_of_sets(evaluation_sets, names)
         cost = check_cost(cost, names)
-        needed = self.calibration is not None or heads_wanted(self, len(names))
+        needed = self.calibration is not None or query_groups is not None
+        needed = needed or heads_wanted(self, len(names))
         table, groups = dense_table(ragged, query_groups, needed)
         return self._fit(ragged, names, cost, table, groups)
 
@@ -330,8 +332,7 @@ class LocusRouter(
         """Return the fitted router's stages, a :class:`~._scoring.Scorer`."""
         return fitted_scorer(self)
 
-    def _draws(self):
-        """Return ``"thompson"``'s random state, which the router's copies share."""
+    def _draws(self):  # "thompson"'s random state, which the router's copies share
         return Exploration(self, None).draws()
 
     def _chunks(self, X, query_groups=None, explore=False):

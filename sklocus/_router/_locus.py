@@ -50,7 +50,7 @@ def fitted_embedder(embedder, evaluation_sets):
             "LocusEmbedder is trained again from scratch; wrap it in "
             "sklearn.frozen.FrozenEstimator to route with it as it is",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return clone(embedder).fit(evaluation_sets, None)
 

@@ -164,5 +164,5 @@ def fit_budget(router, scorer, evaluation_sets, cost):
             f"{router.budget_curve_[1].min():.6g}); the router routes by the "
             f"weight of that least cost, {router.budget_cost_weight_:g}",
             UserWarning,
-            stacklevel=3,
+            stacklevel=5,
         )

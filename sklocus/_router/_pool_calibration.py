@@ -1,7 +1,7 @@
 """The pool calibration stage: LOCUS's logits fitted to the pool's own evaluations.
 
-With ``calibration="offsets"`` (or ``"offsets+isotonic"``, ``"offsets+sigmoid"``)
-a router fits one slope for the pool's logits and one offset per model on
+With ``calibration="pool"`` (or ``"pool+isotonic"``, ``"pool+sigmoid"``) a
+router fits one slope for the pool's logits and one offset per model on
 held-out predictions of the pool's evaluations (the model is in
 :mod:`sklocus._calibration`), and maps LOCUS's probabilities through them before
 the other stages.

@@ -50,9 +50,9 @@ def merge_calibration_settings(params):
     if "calibration" in params or not old <= params.keys():
         return params
     pool, method = params["calibrate"], params["calibration_method"]
-    if isinstance(pool, bool) and method in (None, "isotonic", "sigmoid"):
+    if isinstance(pool, bool | np.bool_) and method in (None, "isotonic", "sigmoid"):
         del params["calibrate"], params["calibration_method"]
-        parts = ["pool"] * pool + ([method] if method is not None else [])
+        parts = ["pool"] * bool(pool) + ([method] if method is not None else [])
         params["calibration"] = "+".join(parts) or None
     return params
 

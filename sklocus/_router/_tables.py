@@ -148,13 +148,13 @@ def check_distinct_queries(queries):
         seen.add(query)
 
 
-def pool_of_table(X, Y, query_groups=None):
-    """Read ``fit``'s queries and table of scores, checked, as a pool.
+def pool_of_table(X, Y, cost=None, query_groups=None):
+    """Read ``fit``'s queries, table of scores and costs, checked, as a pool.
 
-    Returns ``(ragged, names, table, query_groups)``: the evaluation sets
-    (:class:`~sklocus.evaluations.RaggedEvaluations`), the models' names,
-    ``(queries, scores)`` with scores ``(n_queries, n_models)``, NaN where
-    unobserved, and the queries' groups, checked, or None.
+    Returns ``(ragged, names, cost, table, query_groups)``: the evaluation sets
+    (:class:`~sklocus.evaluations.RaggedEvaluations`), the models' names, their
+    costs (or None), ``(queries, scores)`` with scores ``(n_queries,
+    n_models)``, NaN where unobserved, and the queries' groups, or None.
     """
     queries = as_query_list(X)
     check_distinct_queries(queries)
@@ -166,6 +166,7 @@ def pool_of_table(X, Y, query_groups=None):
             f"got {len(queries)} queries and {len(names)} models (columns of Y); "
             "fitting a router needs at least one of each"
         )
+    cost = check_cost(cost, names)
     empty = np.isnan(scores).all(axis=0)
     if empty.any():
         raise ValueError(
@@ -174,7 +175,7 @@ def pool_of_table(X, Y, query_groups=None):
         )
     model_names = [str(name) for name in names]
     ragged = check_evaluation_sets(from_matrix(scores.T, queries), model_names)
-    return ragged, names, (queries, scores), query_groups
+    return ragged, names, cost, (queries, scores), query_groups
 
 
 def pool_of_sets(evaluation_sets, names=None):
@@ -214,10 +215,10 @@ def dense_table(ragged, query_groups, needed):
     """``fit_evaluations``' ``(queries, scores)`` table and groups, or Nones.
 
     The dense table (scores ``(n_queries, n_models)``, NaN where unobserved) is
-    built only where a stage that reads it is ``needed`` or ``query_groups``
-    (a mapping from query to group) are given.
+    built only where ``needed``: where a stage reads it or ``query_groups`` (a
+    mapping from query to group) are given.
     """
-    if not needed and query_groups is None:
+    if not needed:
         return None, None
     scores, queries = to_matrix(ragged)
     groups = None

@@ -206,6 +206,7 @@ def _add_model_commands(commands):
     choice.add_argument(
         "--calibration",
         choices=CALIBRATION_CHOICES,
+        metavar="CALIBRATION",
         help="calibrate the router on held-out halves of the pool's evaluations "
         "(LocusRouter's calibration=): 'pool' fits LOCUS's logits to the pool, "
         "'isotonic' and 'sigmoid' map the probabilities (what --min-probability "
@@ -566,6 +567,7 @@ def _add_serve_command(commands):
     server.add_argument(
         "--calibration",
         choices=CALIBRATION_CHOICES,
+        metavar="CALIBRATION",
         help="with EVALS: calibrate the router on held-out halves of the pool's "
         "evaluations, as route's --calibration says",
     )
