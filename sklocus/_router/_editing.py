@@ -238,7 +238,7 @@ class PoolEditingMixin:
         self._set_kept(evaluations)
         if self.evaluation_groups_ is not None:
             self.evaluation_groups_ = self.evaluation_groups_[used]
-        keep_rows(self, kept, self._scorer().exploration.cached())
+        keep_rows(self, kept)
         self.classes_ = self.classes_[kept]
         if self.cost_ is not None:
             self.cost_ = self.cost_[kept]
@@ -335,21 +335,27 @@ class PoolEditingMixin:
         scorer = self._scorer()
         embeddings = scorer.locus.embed(ragged)
         model_offsets = heads = group_offsets = None
+        groups = scorer.group_offsets
+        grouped = groups is not None and query_groups is not None
+        if scorer.calibration is not None or scorer.heads is not None or grouped:
+            # The sets' dense table, built once for every stage that reads it.
+            scores, queries = to_matrix(ragged)
+            scores = scores.T
         if scorer.calibration is not None:
             model_offsets = scorer.calibration.fit_models(
-                scorer.locus, embeddings, ragged
+                scorer.locus, embeddings, queries, scores
             )
         if scorer.heads is not None:
-            scores, queries = to_matrix(ragged)
             heads = scorer.heads.fit_models(
-                scorer, embeddings, model_offsets, queries, scores.T
+                scorer, embeddings, model_offsets, queries, scores
             )
-        groups = scorer.group_offsets
         if groups is not None:
             group_offsets = np.zeros((ragged.n_sets, len(groups.groups)), np.float32)
-            if query_groups is not None:
+            if grouped:
                 rows = ModelRows(embeddings, model_offsets, heads)
-                group_offsets = groups.fit_models(scorer, rows, ragged, query_groups)
+                group_offsets = groups.fit_models(
+                    scorer, rows, queries, scores, query_groups
+                )
         factors = None
         if scorer.exploration.cached():
             # Kept up to date here, not at the next route, which would wait.

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
-from sklocus._embedder import LocusEmbedder
 from sklocus._groups import logits
+from sklocus._router._locus import locus_given
 from sklocus.nn.uncertainty import logit_stds, posterior_factors
 
 
@@ -23,12 +23,11 @@ def check_exploration(router):
     """Refuse ``exploration`` with an embedder whose uncertainty is unknown."""
     if router.exploration is None:
         return
-    embedder = router.embedder if router.embedder is not None else LocusEmbedder()
-    if not isinstance(getattr(embedder, "estimator", embedder), LocusEmbedder):
+    if not locus_given(router):
         raise ValueError(
             f"exploration={router.exploration!r} needs a LocusEmbedder, whose "
             f"embeddings it knows the uncertainty of; got a "
-            f"{type(embedder).__name__}"
+            f"{type(router.embedder).__name__}"
         )
 
 

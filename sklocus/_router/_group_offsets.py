@@ -12,7 +12,6 @@ import numpy as np
 
 from sklocus._groups import apply_group_offsets, fit_group_offsets
 from sklocus._router._tables import groups_of
-from sklocus.evaluations import to_matrix
 
 
 class GroupOffsets:
@@ -44,18 +43,20 @@ class GroupOffsets:
         groups, offsets = fit_group_offsets(base, scores, query_groups, shrinkage)
         return cls(groups, shrinkage), offsets
 
-    def fit_models(self, scorer, rows, ragged, query_groups):
-        """Offsets of new models for the router's groups (a query-to-group map)."""
-        scores, queries = to_matrix(ragged)
+    def fit_models(self, scorer, rows, queries, scores, query_groups):
+        """Offsets of models for the router's groups (a query-to-group map).
+
+        ``scores`` is ``(n_queries, n_models)``, NaN where unobserved.
+        """
         groups = groups_of(query_groups, queries, "add_models")
         # Only the router's groups get offsets; others have nothing to apply to.
         known = set(self.groups.tolist())
         groups = np.array([g if g in known else None for g in groups], dtype=object)
         fitted, offsets = self.fit(
-            scorer, rows, queries, scores.T, groups, self.shrinkage
+            scorer, rows, queries, scores, groups, self.shrinkage
         )
         column = {label: j for j, label in enumerate(self.groups)}
-        out = np.zeros((len(scores), len(self.groups)), dtype=np.float32)
+        out = np.zeros((scores.shape[1], len(self.groups)), dtype=np.float32)
         for j, label in enumerate(fitted.groups):
             out[:, column[label]] = offsets[:, j]
         return out

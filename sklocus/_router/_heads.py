@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sklocus._embedder import _SMALL_POOL, LocusEmbedder
+from sklocus._embedder import _SMALL_POOL
 from sklocus._query_heads import apply_heads, fit_heads
-from sklocus._router._locus import sorted_order
+from sklocus._router._locus import locus_given, sorted_order
 
 # The router's fitted attributes of this stage: per model, then pool-wide.
 ATTRIBUTES = ("head_weights_", "head_biases_", "head_blends_", "head_blend_")
@@ -27,12 +27,11 @@ def heads_wanted(router, n_models):
         wanted = n_models < _SMALL_POOL
     else:
         wanted = bool(router.query_heads)
-    embedder = router.embedder if router.embedder is not None else LocusEmbedder()
-    usable = isinstance(getattr(embedder, "estimator", embedder), LocusEmbedder)
+    usable = locus_given(router)
     if wanted and not usable and router.query_heads is True:
         raise ValueError(
             "query_heads=True needs a LocusEmbedder, whose query encoder "
-            f"encodes the queries; got a {type(embedder).__name__}"
+            f"encodes the queries; got a {type(router.embedder).__name__}"
         )
     return wanted and usable
 

@@ -37,6 +37,17 @@ def sorted_order(queries):
     return sorted(range(len(keys)), key=keys.__getitem__)
 
 
+def inner_locus(embedder):
+    """Return the LocusEmbedder ``embedder`` is or wraps (frozen), or None."""
+    inner = getattr(embedder, "estimator", embedder)
+    return inner if isinstance(inner, LocusEmbedder) else None
+
+
+def locus_given(router):
+    """Whether the router's embedder (``None``: a ``LocusEmbedder()``) is LOCUS's."""
+    return router.embedder is None or inner_locus(router.embedder) is not None
+
+
 def fitted_embedder(embedder, evaluation_sets):
     """Return the router's ``embedder_``: ``embedder`` cloned and fitted, or frozen.
 
@@ -69,10 +80,9 @@ class Locus:
     def __init__(self, embedder, refine_steps):
         self.embedder = embedder
         self.refine_steps = refine_steps
-        inner = getattr(embedder, "estimator", embedder)  # FrozenEstimator's
         # The LocusEmbedder whose network and query encoder the stages reach
         # into, or None for another embedder.
-        self.inner = inner if isinstance(inner, LocusEmbedder) else None
+        self.inner = inner_locus(embedder)
 
     def embed(self, evaluation_sets):
         """Embeddings of models, refined as ``refine_steps`` says, float32."""

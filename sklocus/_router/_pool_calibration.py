@@ -10,7 +10,6 @@ the other stages.
 from __future__ import annotations
 
 from sklocus._calibration import apply_calibration, fit_calibration, fit_new_offsets
-from sklocus.evaluations import to_matrix
 
 # The router's fitted attributes of this stage: pool-wide, then per model.
 ATTRIBUTES = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
@@ -48,13 +47,14 @@ class PoolCalibration:
         slope, intercept, offsets = fit_calibration(*held, levels)
         return cls(slope, intercept), offsets
 
-    def fit_models(self, locus, embeddings, ragged):
-        """Offsets of new models, embedded as ``embeddings``, under the pool's fit."""
-        scores, queries = to_matrix(ragged)
-        width = embeddings.shape[1]
-        halves = locus.half_embeddings(queries, scores.T, width)
-        held = locus.held_out_logits(queries, scores.T, halves)
-        levels = locus.levels(embeddings, queries, scores.T)
+    def fit_models(self, locus, embeddings, queries, scores):
+        """Offsets of models, embedded as ``embeddings``, under the pool's fit.
+
+        ``scores`` is ``(n_queries, n_models)``, NaN where unobserved.
+        """
+        halves = locus.half_embeddings(queries, scores, embeddings.shape[1])
+        held = locus.held_out_logits(queries, scores, halves)
+        levels = locus.levels(embeddings, queries, scores)
         return fit_new_offsets(*held, levels, self.slope, self.intercept)
 
     def write(self, router, offsets):

@@ -12,6 +12,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from sklocus._router._exploration import Exploration
+
 
 class ModelRows(NamedTuple):
     """Rows of the router's per-model arrays, each None where the router has none.
@@ -78,11 +80,10 @@ def set_rows(router, indices, rows):
         )
 
 
-def keep_rows(router, kept, cached):
-    """Keep the rows of the models ``kept`` (a mask), dropping the others.
-
-    ``cached``: whether the exploration factors were current before.
-    """
+def keep_rows(router, kept):
+    """Keep the rows of the models ``kept`` (a mask), dropping the others."""
+    # Exploration's factors are kept only when current for these embeddings.
+    cached = Exploration(router, None).cached()
     router.embeddings_ = router.embeddings_[kept]
     if cached:
         factors = router._exploration_cache[1][torch.as_tensor(kept)]

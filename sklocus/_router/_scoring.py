@@ -133,12 +133,10 @@ class Scorer:
 
     def locus_logits(self, embeddings, model_offsets, vectors):
         """LOCUS's logits on encoded queries, calibrated: what heads are fitted on."""
-        inner = self.locus.inner
-        embeddings = inner._check_embeddings(embeddings)
         rows = ModelRows(embeddings, model_offsets)
         found = np.empty((len(vectors), len(embeddings)))
         for chunk in chunks(len(vectors)):
-            probabilities = inner._predict(embeddings, vectors[chunk]).T
+            probabilities = self.locus.predict(embeddings, vectors[chunk])
             if model_offsets is not None:
                 probabilities = self.calibration.transform(probabilities, rows)
             found[chunk] = logits(probabilities)
