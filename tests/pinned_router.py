@@ -62,6 +62,9 @@ def pool():
 def settings(label):
     """``SETTINGS[label]`` for this sklocus's LocusRouter."""
     found = dict(SETTINGS[label])
+    if "query_clusters" in LocusRouter().get_params():
+        # Pinned before clusters of queries were learnt: routing without them.
+        found.setdefault("query_clusters", None)
     if "calibration" not in LocusRouter().get_params() and "calibration" in found:
         pool_part, method = found.pop("calibration").split("+")
         found.update(calibrate=pool_part == "pool", calibration_method=method)

@@ -149,12 +149,15 @@ def test_onboarded_models_get_offsets_from_a_query_to_group_map(pool):
     assert router.group_offsets_.shape == (25, 5)
     with pytest.raises(TypeError, match="mapping from each query"):
         router.add_models([evaluations], ["x"], query_groups=list(groups))
-    plain = LocusRouter(FrozenEstimator(embedder)).fit(
-        list(queries[train]), Y.iloc[train]
-    )
+    plain = LocusRouter(FrozenEstimator(embedder), query_clusters=None)
+    plain.fit(list(queries[train]), Y.iloc[train])
     assert plain.groups_ is None and plain.group_offsets_ is None
     with pytest.raises(ValueError, match="fitted without query_groups"):
         plain.add_models([evaluations], ["x"], query_groups={})
+    clustered = LocusRouter(FrozenEstimator(embedder), query_clusters=3)
+    clustered.fit(list(queries[train]), Y.iloc[train])
+    with pytest.raises(ValueError, match="clusters of its queries"):
+        clustered.add_models([evaluations], ["x"], query_groups={})
 
 
 def test_group_offsets_survive_saving(pool, tmp_path):

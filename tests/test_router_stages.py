@@ -19,6 +19,7 @@ from sklocus import LocusEmbedder, LocusRouter
 from sklocus._calibration import apply_calibration
 from sklocus._groups import apply_group_offsets
 from sklocus._query_heads import apply_heads
+from sklocus._router._learnt_groups import LearntGroups, shifted
 from sklocus._router._rows import ModelRows, model_rows
 from sklocus._router._scoring import CALIBRATIONS, merge_calibration_settings
 from sklocus.cli._parsers import CALIBRATION_CHOICES
@@ -62,7 +63,13 @@ def test_the_stages_apply_in_order_on_locus_probabilities(pool, every_stage):
     heads = (router.head_weights_, router.head_biases_, router.head_blends_)
     found = apply_heads(found, vectors, *heads)
     found = router.probability_calibrator_.predict(found)
-    np.testing.assert_array_equal(router.predict_correctness(test), found)
+    # Without groups, those told from the encodings (soft, from labels).
+    told = LearntGroups.of(router).memberships(vectors)
+    assert router.group_source_ == "labels" and told.shape == (len(test), 2)
+    np.testing.assert_allclose(told.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(
+        router.predict_correctness(test), shifted(found, told, router.group_offsets_)
+    )
     grouped = apply_group_offsets(
         found, groups[150:], router.groups_, router.group_offsets_
     )

@@ -35,7 +35,8 @@ def pool():
     groups = [group_of[query] for query in queries]
     grouped = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
     grouped.fit(queries, Y, query_groups=groups)
-    plain = LocusRouter(FrozenEstimator(embedder), refine_steps=0).fit(queries, Y)
+    plain = LocusRouter(FrozenEstimator(embedder), refine_steps=0, query_clusters=None)
+    plain.fit(queries, Y)
     return data, group_of, grouped, plain
 
 
@@ -73,7 +74,7 @@ def test_routes_with_groups_are_the_librarys_over_http(client, pool):
 
 
 def test_predictions_with_groups_are_the_librarys_to_the_bit(client, pool):
-    data, group_of, router, _ = pool
+    data, group_of, router, plain = pool
     queries, groups = _asked(data, group_of)
     names = data.model_names[2:7]
     body = {"queries": queries, "models": names, "query_groups": groups}
@@ -81,7 +82,7 @@ def test_predictions_with_groups_are_the_librarys_to_the_bit(client, pool):
     expected = router.predict_correctness(queries, groups)[:, 2:7]
     assert answer["models"] == names
     np.testing.assert_array_equal(answer["p"], expected)
-    without = router.predict_correctness(queries)[:, 2:7]
+    without = plain.predict_correctness(queries)[:, 2:7]
     assert np.abs(expected[:8] - without[:8]).max() > 1e-3
     # No group, or one the router does not know: no offset.
     np.testing.assert_array_equal(expected[8:], without[8:])

@@ -45,7 +45,9 @@ _FORMAT = "sklocus-estimator"
 # refused, and its other estimators read as they are. Format 6's routers had
 # the parameters calibrate and calibration_method where format 7's have
 # calibration: they are read with that one setting, and nothing else changed.
-_FORMAT_VERSION = 7
+# Format 7's routers had no query_clusters and no learnt groups: they are read
+# with query_clusters=None and those attributes None.
+_FORMAT_VERSION = 8
 _OLDEST_FORMAT = {"LocusRouter": 6}
 _OLDEST_OTHERWISE = 5
 _METADATA_KEY = "sklocus"

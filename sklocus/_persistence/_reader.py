@@ -85,6 +85,9 @@ class Reader:
             raise self.refuse(f"{where} ({name}) is not a valid description")
         if cls is LocusRouter and (self.format_version or 0) < 7:
             params = self.merged_calibration(params, where)
+        if cls is LocusRouter and (self.format_version or 0) < 8:
+            # Format 7's routers never clustered queries.
+            params = {**params, "query_clusters": None}
         unknown = set(params) - set(cls._get_param_names())
         if unknown:
             raise self.refuse(
@@ -189,6 +192,9 @@ class Reader:
             # Inference runs where the network is (the CPU when saved on a GPU
             # and loaded where none is).
             estimator.device_ = str(estimator.net_.device)
+        if isinstance(estimator, LocusRouter):
+            for name in LATER[LocusRouter].keys() - fitted.keys():
+                vars(estimator)[name] = None  # a router of format 7
         problem = inconsistency(estimator)
         if problem:
             raise self.refuse(f"{where} does not fit together: {problem}")

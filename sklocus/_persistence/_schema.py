@@ -110,7 +110,16 @@ FITTED = {
 OPTIONAL = {"feature_names_in_": Array("OU", 1)}
 # Fitted attributes added since format 6: written whenever set, and optional on
 # reading, so that the files of earlier versions still load (without them).
-LATER = {LocusEmbedder: {"stop_reason_": str, "encoding_time_": float}}
+LATER = {
+    LocusEmbedder: {"stop_reason_": str, "encoding_time_": float},
+    # Since format 8: a format-7 router reads with them None.
+    LocusRouter: {
+        "group_source_": (str, NONE),
+        "group_weights_": (FLOATS_2D, NONE),
+        "group_biases_": (Array("f", 1), NONE),
+        "held_out_losses_": (dict, NONE),
+    },
+}
 CLASSES = {cls.__name__: cls for cls in FITTED}
 # Parameters and attributes that hold an estimator, and the classes it may be.
 NESTED = {
@@ -204,6 +213,9 @@ def inconsistency(estimator):
             len(estimator.groups_),
         ):
             return f"group_offsets_ are not ({rows} models, {len(estimator.groups_)})"
+        problem = _learnt_groups_inconsistency(estimator)
+        if problem is not None:
+            return problem
         calibration = (
             estimator.calibration_slope_,
             estimator.calibration_intercept_,
@@ -289,4 +301,29 @@ def inconsistency(estimator):
             return "selected_indices_ point outside the models"
         if len(labels) and (labels.min() < 0 or labels.max() >= len(chosen)):
             return "labels_ point outside the selection"
+    return None
+
+
+def _learnt_groups_inconsistency(router):
+    """Return what does not fit together in a router's learnt groups, or None."""
+    learnt = (router.group_source_, router.group_weights_, router.group_biases_)
+    if len({value is None for value in learnt}) > 1:
+        return "group_source_, group_weights_ and group_biases_ are not given together"
+    losses = router.held_out_losses_
+    if losses is not None and not all(
+        isinstance(key, str) and type(value) is float and np.isfinite(value)
+        for key, value in losses.items()
+    ):
+        return "held_out_losses_ do not map names to finite losses"
+    source, weights, biases = learnt
+    if source is None:
+        return None
+    if source not in ("labels", "clusters"):
+        return f"group_source_ is {source!r}, not 'labels' or 'clusters'"
+    if router.groups_ is None:
+        return "group_weights_ are given without groups_"
+    inner = getattr(router.embedder_, "estimator", router.embedder_)
+    shape = (len(router.groups_), inner.query_dim_)
+    if weights.shape != shape or biases.shape != shape[:1]:
+        return f"group_weights_ are not {shape} or group_biases_ not one per group"
     return None

@@ -23,7 +23,8 @@ from sklocus._router._scoring import (
     CALIBRATIONS,
     fit_stages,
     fitted_scorer,
-    merge_calibration_settings,
+    table_needed,
+    upgraded_state,
 )
 from sklocus._router._substitutes import SubstitutesMixin
 from sklocus._router._tables import (
@@ -78,9 +79,15 @@ class LocusRouter(
         costs once per model; on pools the embedder never saw it raised routing
         accuracy and correctness (:ref:`refining_embeddings`).
     group_shrinkage : float, default=3.0
-        With ``query_groups`` in :meth:`fit`: prior precision of each model's
-        per-group logit offset; about four times this many evaluations in a
-        group move it halfway to what they alone say (:ref:`query_groups`).
+        Prior precision of each model's per-group logit offset; about four
+        times this many evaluations in a group move it halfway to what they
+        alone say (:ref:`query_groups`).
+    query_clusters : "auto", int >= 2 or None, default="auto"
+        Without ``query_groups`` in :meth:`fit`: group the pool's queries by
+        k-means of their encodings, each model an offset per cluster, a query in
+        its nearest centre's; ``"auto"`` chooses how many (2 to 32, or none) on
+        held-out evaluations of the pool, each model embedded from one half of
+        them (``held_out_losses_``). Needs a LocusEmbedder.
     calibration : {"pool", "isotonic", "sigmoid", "pool+isotonic", \
             "pool+sigmoid"} or None, default=None
         Calibrate on the pool's own evaluations, each predicted from an
@@ -99,24 +106,22 @@ class LocusRouter(
     budget : float or None, default=None
         Route within a mean cost per query: ``fit`` chooses the weight of cost
         whose routes were best within it on held-out evaluations of the pool
-        (``budget_cost_weight_``; it warns when none kept within it) at two
-        more embeddings of each model. The weight is kept when the pool
-        changes (:ref:`routing_on_a_budget`). Needs costs, ``cost_weight=0``
-        and no ``min_probability``.
+        (``budget_cost_weight_``; it warns when none kept within it) at two more
+        embeddings of each model, kept when the pool changes
+        (:ref:`routing_on_a_budget`). Needs costs, ``cost_weight=0``, no
+        ``min_probability``.
     query_heads : "auto" or bool, default="auto"
         Fit each model a logistic regression on the query encodings of its
         evaluations and blend its logits with LOCUS's, the penalty chosen per
         model and the blend for the pool on held-out folds (:ref:`query_heads`);
         a model with fewer than 64 evaluations keeps LOCUS alone. ``"auto"``
-        fits them on pools of fewer than 100 models. Needs a
-        :class:`~sklocus.LocusEmbedder`.
+        fits them on pools of fewer than 100 models. Needs a LocusEmbedder.
     exploration : {"thompson", "ucb"} or None, default=None
         How :meth:`predict` and :meth:`rank_models` explore, for a router that
         learns from its own routes' outcomes (:ref:`exploring_while_learning`):
         by LOCUS logits drawn from their Laplace posteriors (``"thompson"``) or
         by their upper bounds (``"ucb"``). Probabilities returned stay the best
-        guesses; ``score`` does not explore. Needs a
-        :class:`~sklocus.LocusEmbedder`.
+        guesses; ``score`` does not explore. Needs a LocusEmbedder.
     exploration_strength : float > 0, default=1.0
         Standard deviations of each logit that exploration adds or draws with.
     random_state : int, RandomState instance or None, default=None
@@ -149,9 +154,19 @@ class LocusRouter(
         With ``calibration`` ``"isotonic"``, ``"sigmoid"`` or ``"pool+..."`` of
         them: the map.
     groups_ : ndarray of shape (n_groups,) or None
-        The query groups given to :meth:`fit`, in order of first appearance.
+        The query groups given to :meth:`fit`, in order of first appearance,
+        or the clusters' numbers.
     group_offsets_ : ndarray of shape (n_models, n_groups), float32, or None
-        Each model's logit offset for each group, for queries given a group.
+        Each model's logit offset for each group.
+    group_source_ : {"labels", "clusters"} or None
+        Where ``groups_`` came from: ``query_groups``, or ``query_clusters``.
+    group_weights_, group_biases_ : ndarray, float32, or None
+        Each group's linear score of a query encoding, ``(n_groups, query_dim)``
+        and ``(n_groups,)``: a query given no group takes each group's offset by
+        the scores' softmax (labels), or its best group's (nearest cluster's).
+    held_out_losses_ : dict or None
+        With ``query_clusters``: the held-out log loss of each number of
+        clusters tried, and of ``"none"``; the least was kept.
     budget_curve_ : ndarray of shape (3, n_weights) or None
         With ``budget``: the weights of cost tried, and the held-out mean cost
         and quality of each; a call's ``budget=`` chooses from it again.
@@ -166,8 +181,7 @@ class LocusRouter(
         ``evaluation_offsets_[j]:evaluation_offsets_[j + 1]``).
         :meth:`evaluations` lists them as a table.
     evaluation_groups_ : ndarray of shape (n_queries,), int64, or None
-        With ``query_groups``: each kept query's index in ``groups_``, -1 for
-        none.
+        With groups: each kept query's index in ``groups_``, -1 for none.
 
     Examples
     --------
@@ -194,6 +208,11 @@ class LocusRouter(
         "budget": [Interval(numbers.Real, 0, None, closed="left"), None],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
+        "query_clusters": [
+            StrOptions({"auto"}),
+            Interval(numbers.Integral, 2, None, closed="left"),
+            None,
+        ],
         "query_heads": [StrOptions({"auto"}), "boolean"],
         "calibration": [StrOptions({name for name in CALIBRATIONS if name}), None],
         "exploration": [StrOptions({"thompson", "ucb"}), None],
@@ -207,6 +226,7 @@ class LocusRouter(
         cost_weight=0.0,
         refine_steps=50,
         group_shrinkage=3.0,
+        query_clusters="auto",
         calibration=None,
         min_probability=None,
         budget=None,
@@ -221,6 +241,7 @@ class LocusRouter(
         self.budget = budget
         self.refine_steps = refine_steps
         self.group_shrinkage = group_shrinkage
+        self.query_clusters = query_clusters
         self.calibration = calibration
         self.query_heads = query_heads
         self.exploration = exploration
@@ -228,8 +249,8 @@ class LocusRouter(
         self.random_state = random_state
 
     def __setstate__(self, state):
-        # A pickle of a router from before calibration= gets that setting.
-        super().__setstate__(merge_calibration_settings(dict(state)))
+        # A pickle of an older router gets the settings it was fitted with.
+        super().__setstate__(upgraded_state(dict(state)))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -258,7 +279,8 @@ class LocusRouter(
         query_groups : array-like of shape (n_queries,), default=None
             Each query's benchmark, subject or category (None or NaN for none):
             each model gets an offset per group (``group_offsets_``), applied to
-            queries whose groups :meth:`predict` and the others are given.
+            queries by the groups :meth:`predict` and the others are given, or
+            else by those a logistic regression tells from their encodings.
 
         Returns
         -------
@@ -276,9 +298,8 @@ class LocusRouter(
         The same router as ``fit(queries, Y)`` with ``Y`` the dense table of these
         sets, without building that table: what a pool read as evaluation sets or a
         long table (:func:`~sklocus.evaluations.from_long`) needs, however many
-        models it holds. Only query heads, ``calibration`` and ``query_groups``,
-        which compare each model's scores with its predictions query by query,
-        build it.
+        models it holds; only stages that compare each model's scores with its
+        predictions query by query build it (:func:`._scoring.table_needed`).
 
         Read more in the :ref:`User Guide <routing>`.
 
@@ -303,8 +324,7 @@ class LocusRouter(
         self._validate_params()
         ragged, names = pool_of_sets(evaluation_sets, names)
         cost = check_cost(cost, names)
-        needed = self.calibration is not None or query_groups is not None
-        needed = needed or heads_wanted(self, len(names))
+        needed = table_needed(self, len(names), query_groups is not None)
         table, groups = dense_table(ragged, query_groups, needed)
         return self._fit(ragged, names, cost, table, groups)
 
@@ -328,9 +348,7 @@ class LocusRouter(
         fit_stages(self, locus, evaluation_sets, table, query_groups, heads_on)
         return self
 
-    def _scorer(self):
-        """Return the fitted router's stages, a :class:`~._scoring.Scorer`."""
-        return fitted_scorer(self)
+    _scorer = fitted_scorer  # the fitted router's stages, a Scorer
 
     def _draws(self):  # "thompson"'s random state, which the router's copies share
         return Exploration(self, None).draws()
@@ -362,7 +380,8 @@ class LocusRouter(
             The queries' groups, when the router was fitted with
             ``query_groups``: each model's offset for a query's group is added
             to the logit of its probability. Groups not seen in ``fit``, and
-            None, get no offset; so does every query when this is None.
+            None, get no offset. When this is None, groups (or clusters) learnt
+            at ``fit`` are told from the queries' encodings.
 
         Returns
         -------
@@ -375,26 +394,6 @@ class LocusRouter(
         for start, probabilities, _ in self._chunks(queries, query_groups):
             out[start : start + len(probabilities)] = probabilities
         return out
-
-    def predict_proba(self, X, query_groups=None):
-        """Each query's correctness probabilities, normalised to sum to one.
-
-        Not probabilities that a model is *the* best: ``predict_correctness``'s
-        rows over their sums, for scikit-learn tools that expect them.
-
-        Parameters
-        ----------
-        X : sequence of length n_queries
-            Queries.
-        query_groups : array-like of shape (n_queries,), default=None
-            The queries' groups (see :meth:`predict_correctness`).
-
-        Returns
-        -------
-        ndarray of shape (n_queries, n_models)
-        """
-        probabilities = self.predict_correctness(X, query_groups).astype(np.float64)
-        return probabilities / probabilities.sum(axis=1, keepdims=True)
 
     def predict(
         self,

@@ -97,7 +97,10 @@ class PoolEditingMixin:
             The group of each query of the new sets (a query missing from it has
             none), when the router was fitted with ``query_groups``: the new
             models' per-group offsets are fitted on their scores as in
-            :meth:`fit`. Without it they get no offsets (LOCUS alone).
+            :meth:`fit`. Without it they get no offsets (LOCUS alone). A
+            router whose groups are clusters (``group_source_``) fits the new
+            models' offsets for its clusters, a new query in its nearest one,
+            and takes no ``query_groups``.
 
         Returns
         -------
@@ -126,16 +129,13 @@ class PoolEditingMixin:
                 else "the router was fitted without costs; leave cost out"
             )
         cost = check_cost(cost, names)
-        if query_groups is not None and self.group_offsets_ is None:
-            raise ValueError(
-                "the router was fitted without query_groups; leave query_groups out"
-            )
         if query_groups is not None:
+            self._check_groups_given()
             groups_of(query_groups, ragged.queries, "add_models")
         kept = append_models(self._kept(), ragged)
         groups = self._extended_groups(kept, query_groups)
         group_of = None
-        if query_groups is not None:
+        if query_groups is not None or self._clustered():
             # The groups kept: a query the router knows keeps its own.
             added = np.arange(len(self.classes_), len(self.classes_) + len(names))
             group_of = self._group_map_of(groups, *kept.ragged(added))
@@ -194,10 +194,7 @@ class PoolEditingMixin:
         queries = as_query_list(X)
         check_distinct_queries(queries)
         if query_groups is not None:
-            if self.group_offsets_ is None:
-                raise ValueError(
-                    "the router was fitted without query_groups; leave query_groups out"
-                )
+            self._check_groups_given()
             query_groups = check_query_groups(query_groups, len(queries))
         if isinstance(Y, pd.DataFrame):
             scores, names = score_table(Y, queries)
@@ -277,6 +274,22 @@ class PoolEditingMixin:
         for name, value in zip(KEPT, kept):
             setattr(self, name, value)
 
+    def _clustered(self):
+        """Whether the router's groups are clusters of its queries."""
+        return getattr(self, "group_source_", None) == "clusters"
+
+    def _check_groups_given(self):
+        """Refuse query_groups where the router has no groups of labels."""
+        if self._clustered():
+            raise ValueError(
+                "the router's groups are clusters of its queries' encodings, "
+                "which it assigns new queries itself; leave query_groups out"
+            )
+        if self.group_offsets_ is None:
+            raise ValueError(
+                "the router was fitted without query_groups; leave query_groups out"
+            )
+
     def _group_codes(self, queries, group_of):
         """Each query's index in ``groups_`` (-1 for none), from a mapping."""
         column = {label: j for j, label in enumerate(self.groups_.tolist())}
@@ -295,7 +308,14 @@ class PoolEditingMixin:
         if old is None:
             return None
         group_of = {} if group_of is None else group_of
-        new = self._group_codes(kept.queries[len(old) :], group_of)
+        new = kept.queries[len(old) :]
+        if self._clustered():  # each new query in its nearest cluster
+            scorer = self._scorer()
+            if not len(new):
+                return old
+            vectors = scorer.locus.encode(list(new))
+            return np.concatenate([old, scorer.learnt_groups.codes(vectors)])
+        new = self._group_codes(new, group_of)
         if check and len(group_of):
             known = kept.queries[: len(old)].tolist()
             column = {label: j for j, label in enumerate(self.groups_.tolist())}

@@ -145,6 +145,13 @@ class Locus:
 
         return held_out_pairs(predict, scores, half, QUERY_CHUNK)
 
+    def logits_on(self, embeddings, queries):
+        """LOCUS's logits ``(n_queries, n_models)`` on every chunk of ``queries``."""
+        found = np.empty((len(queries), len(embeddings)))
+        for rows in chunks(len(queries)):
+            found[rows] = logits(self.probabilities(embeddings, queries[rows]))
+        return found
+
     def levels(self, embeddings, queries, scores):
         """Each model's mean LOCUS logit on the queries it was evaluated on."""
         total = np.zeros(scores.shape[1])

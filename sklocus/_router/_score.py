@@ -1,4 +1,7 @@
-"""How well a router routes: its ``score``, as a classifier's is its accuracy."""
+"""A router as scikit-learn's tools read a classifier: ``score``, ``predict_proba``.
+
+Its ``score`` is how well it routes, as a classifier's is its accuracy.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,31 @@ from sklocus.metrics import routing_accuracy
 
 
 class RoutingScoreMixin:
-    """``score`` and the pairs the correctness scorers read, for a router.
+    """``score``, ``predict_proba`` and the pairs the correctness scorers read.
 
     Where :class:`~sklearn.base.ClassifierMixin` scores a classifier by its
     accuracy, :class:`~sklocus.LocusRouter` is scored by its routing accuracy.
     """
+
+    def predict_proba(self, X, query_groups=None):
+        """Each query's correctness probabilities, normalised to sum to one.
+
+        Not probabilities that a model is *the* best: ``predict_correctness``'s
+        rows over their sums, for scikit-learn tools that expect them.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups (see :meth:`predict_correctness`).
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_models)
+        """
+        probabilities = self.predict_correctness(X, query_groups).astype(np.float64)
+        return probabilities / probabilities.sum(axis=1, keepdims=True)
 
     def score(self, X, Y, sample_weight=None, query_groups=None):
         """Routing accuracy: the mean observed score of the chosen model.

@@ -3,8 +3,9 @@
 The stages apply in one order, each to the probabilities the one before gave,
 on the logit scale: LOCUS (refined embeddings, :mod:`._locus`); the pool
 calibration (:mod:`._pool_calibration`); the query heads (:mod:`._heads`); the
-probability map (:mod:`._probability_map`); and, for queries whose groups are
-given, the group offsets (:mod:`._group_offsets`). Exploration moves LOCUS's
+probability map (:mod:`._probability_map`); and the group offsets
+(:mod:`._group_offsets`), of the groups given with the queries or else of those
+told from their encodings (:mod:`._learnt_groups`). Exploration moves LOCUS's
 logits before the rest (:mod:`._exploration`). A stage a router has not fitted
 is left out.
 """
@@ -17,7 +18,8 @@ from sklocus._groups import logits
 from sklocus._router._exploration import Exploration
 from sklocus._router._group_offsets import GroupOffsets
 from sklocus._router._heads import ATTRIBUTES as heads_attributes
-from sklocus._router._heads import QueryHeads
+from sklocus._router._heads import QueryHeads, heads_wanted
+from sklocus._router._learnt_groups import LearntGroups, choose_groups, shifted
 from sklocus._router._locus import Locus, chunks
 from sklocus._router._policy import fit_budget
 from sklocus._router._pool_calibration import ATTRIBUTES as pool_calibration_attributes
@@ -57,13 +59,30 @@ def merge_calibration_settings(params):
     return params
 
 
+def upgraded_state(state):
+    """Return a pickled router's state as this sklocus's, changed in place.
+
+    Routers from before ``calibration=`` get that one setting
+    (:func:`merge_calibration_settings`); those from before ``query_clusters``
+    get it as None, never having clustered, and no learnt groups.
+    """
+    merge_calibration_settings(state)
+    if "query_clusters" not in state:
+        state["query_clusters"] = None
+        if "embeddings_" in state:
+            for name in ("group_source_", "group_weights_", "group_biases_"):
+                state[name] = None
+            state["held_out_losses_"] = None
+    return state
+
+
 class Scorer:
     """A router's stages, as fitted so far.
 
     ``fit`` builds it stage by stage, each fitted on what the stages before it
     predict; afterwards it is built from the router's fitted attributes.
     :meth:`probabilities` applies the stages up to the probability map; the
-    group offsets apply where the queries' groups are given.
+    group offsets apply in :meth:`chunks`.
 
     Parameters
     ----------
@@ -73,6 +92,7 @@ class Scorer:
     probability_map : ProbabilityMap or None
     group_offsets : GroupOffsets or None
     exploration : Exploration or None
+    learnt_groups : LearntGroups or None
     """
 
     def __init__(
@@ -83,6 +103,7 @@ class Scorer:
         probability_map=None,
         group_offsets=None,
         exploration=None,
+        learnt_groups=None,
     ):
         self.locus = locus
         self.calibration = calibration
@@ -90,23 +111,25 @@ class Scorer:
         self.probability_map = probability_map
         self.group_offsets = group_offsets
         self.exploration = exploration
+        self.learnt_groups = learnt_groups
 
-    def probabilities(self, rows, queries, explore=False):
+    def probabilities(self, rows, queries, explore=False, vectors=None):
         """P(correct) ``(n_queries, n_models)`` of the models of ``rows``.
 
-        One chunk of queries. With ``explore`` (``rows`` being the pool's),
-        returns ``(probabilities, explored)``: the second as routed by the
-        exploration, LOCUS's logits moved before the other stages apply.
+        One chunk of queries (``vectors``: their encodings, when at hand). With
+        ``explore`` (``rows`` being the pool's), returns ``(probabilities,
+        explored)``: the second as routed by the exploration, LOCUS's logits
+        moved before the other stages apply.
         """
         locus = self.locus
-        vectors = None
         if rows.heads is None and not explore:
             probabilities = locus.probabilities(rows.embeddings, queries)
         else:
             if not len(queries):
                 empty = np.empty((0, len(rows.embeddings)), dtype=np.float32)
                 return (empty, empty) if explore else empty
-            vectors = locus.inner._encode(as_query_list(queries))
+            if vectors is None:
+                vectors = locus.encode(as_query_list(queries))
             probabilities = locus.predict(rows.embeddings, vectors)
         if explore:
             explored = self.exploration.move(probabilities, vectors)
@@ -145,14 +168,20 @@ class Scorer:
     def chunks(self, rows, queries, query_groups=None, explore=False):
         """Yield ``(start, probabilities, routed)`` for chunks of the queries.
 
-        Every stage applies, the group offsets where ``query_groups`` (checked)
-        are given. ``routed`` are the probabilities to route by:
-        ``probabilities`` themselves unless ``explore``.
+        Every stage applies, the group offsets for the groups ``query_groups``
+        (checked) give, or else for those the learnt groups tell.
+        ``routed`` are the probabilities to route by: ``probabilities``
+        themselves unless ``explore``.
         """
         groups = None if query_groups is None else self.group_offsets
+        learnt = self.learnt_groups if query_groups is None else None
+        learnt = None if rows.group_offsets is None else learnt
         for chunk in chunks(len(queries)):
             part = queries[chunk]
-            found = self.probabilities(rows, part, explore)
+            vectors = None
+            if learnt is not None and len(part):
+                vectors = self.locus.encode(as_query_list(part))
+            found = self.probabilities(rows, part, explore, vectors)
             found = found if explore else (found,)
             if groups is not None:
                 labels = query_groups[chunk.start : chunk.start + len(part)]
@@ -160,7 +189,28 @@ class Scorer:
                     groups.transform(probabilities, labels, rows.group_offsets)
                     for probabilities in found
                 ]
+            elif vectors is not None:
+                memberships = learnt.memberships(vectors)
+                found = [
+                    shifted(probabilities, memberships, rows.group_offsets)
+                    for probabilities in found
+                ]
             yield chunk.start, found[0], found[-1]
+
+
+def table_needed(router, n_models, grouped):
+    """Whether fitting a router's stages reads the pool's dense table.
+
+    Query heads, ``calibration``, groups given (``grouped``) and
+    ``query_clusters`` compare each model's scores with its predictions query
+    by query.
+    """
+    return (
+        router.calibration is not None
+        or grouped
+        or router.query_clusters is not None
+        or heads_wanted(router, n_models)
+    )
 
 
 def fitted_scorer(router):
@@ -173,6 +223,7 @@ def fitted_scorer(router):
         ProbabilityMap.of(router),
         GroupOffsets.of(router),
         Exploration(router, locus),
+        LearntGroups.of(router),
     )
 
 
@@ -189,6 +240,8 @@ def fit_stages(router, locus, evaluation_sets, table, query_groups, heads_on):
     router.probability_calibrator_ = None
     router.budget_curve_ = router.budget_cost_weight_ = None
     router.groups_ = router.group_offsets_ = router.evaluation_groups_ = None
+    router.group_weights_ = router.group_biases_ = router.group_source_ = None
+    router.held_out_losses_ = None
     scorer = Scorer(locus, exploration=Exploration(router, locus))
     queries, scores = (None, None) if table is None else table
     pool, method = CALIBRATIONS[router.calibration]
@@ -222,15 +275,63 @@ def fit_stages(router, locus, evaluation_sets, table, query_groups, heads_on):
     if router.budget is not None:
         fit_budget(router, scorer, evaluation_sets, router.cost_)
     if query_groups is not None:
-        stage, router.group_offsets_ = GroupOffsets.fit(
-            scorer,
-            model_rows(router),
-            queries,
-            scores,
-            query_groups,
-            router.group_shrinkage,
+        fit_given_groups(router, scorer, queries, scores, query_groups)
+    elif table is not None and router.query_clusters is not None and locus.inner:
+        if halves is None:
+            halves = locus.half_embeddings(queries, scores, embeddings.shape[1])
+        fit_clusters(router, scorer, queries, scores, halves)
+
+
+def fit_given_groups(router, scorer, queries, scores, query_groups):
+    """Fit the offsets of the groups given, and learn to tell them from the text."""
+    stage, router.group_offsets_ = GroupOffsets.fit(
+        scorer,
+        model_rows(router),
+        queries,
+        scores,
+        query_groups,
+        router.group_shrinkage,
+    )
+    router.groups_ = stage.groups
+    group_of = dict(zip(queries, query_groups))
+    router.evaluation_groups_ = router._group_codes(
+        router.evaluation_queries_, group_of
+    )
+    if scorer.locus.inner is not None:
+        codes = router._group_codes(np.asarray(queries, dtype=object), group_of)
+        learnt = LearntGroups.from_labels(
+            scorer.locus.encode(queries), codes, len(stage.groups)
         )
-        router.groups_ = stage.groups
-        router.evaluation_groups_ = router._group_codes(
-            router.evaluation_queries_, dict(zip(queries, query_groups))
-        )
+        learnt.write(router, "labels")
+
+
+def fit_clusters(router, scorer, queries, scores, halves):
+    """Cluster the pool's queries, if held-out evaluations say it helps."""
+    locus = scorer.locus
+    half, embeddings = halves
+    half_logits = [locus.logits_on(z, queries) for z in embeddings]
+    learnt, codes, router.held_out_losses_ = choose_groups(
+        locus.encode(queries),
+        half_logits,
+        scores,
+        half,
+        router.group_shrinkage,
+        router.query_clusters,
+    )
+    if learnt is None:
+        return
+    stage, offsets = GroupOffsets.fit(
+        scorer,
+        model_rows(router),
+        queries,
+        scores,
+        codes.astype(object),
+        router.group_shrinkage,
+    )
+    order = np.argsort(stage.groups.astype(np.int64))
+    router.groups_ = stage.groups[order].astype(np.int64)
+    router.group_offsets_ = offsets[:, order]
+    router.evaluation_groups_ = router._group_codes(
+        router.evaluation_queries_, dict(zip(queries, codes.tolist()))
+    )
+    learnt.write(router, "clusters")

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sklocus._router import LocusRouter
+from sklocus._router._learnt_groups import named_groups
 from sklocus._validation import shown
 from sklocus.cli._common import UserError, one_line, say, status
 from sklocus.cli._models import load_file, run_settings, save_file
@@ -52,7 +53,7 @@ def _outcome_table(arguments, router):
     values = frame[score].to_numpy(dtype=np.float64)
     group_of = None
     if group is not None:
-        if router.group_offsets_ is None:
+        if named_groups(router) is None:
             raise UserError(
                 "argument --group-column: the router was fitted without query "
                 "groups; leave it out"

@@ -88,6 +88,8 @@ def run_fit(arguments):
     if held is not None:
         with run_settings(embedder, arguments):
             router = build_router(embedder, evaluations)
+        if groups_line(router) is not None:
+            say(groups_line(router))
         say(routing_line(router, held))
     save_file(embedder, output)
     say(f"Saved the embedder to {output} ({output.stat().st_size / 2**20:.1f} MiB).")
@@ -170,6 +172,33 @@ def routing_line(router, held, groups=None, exclude=None):
     return (
         f"Routing accuracy {accuracy:.1%}{among} on the {len(held.queries):,} "
         f"held-out queries of {held.source}."
+    )
+
+
+def groups_line(router):
+    """Say which query groups the router corrects for and why, or None.
+
+    Groups given (``--group-column``) are said with how the others are told;
+    clusters, with the held-out losses they were chosen by.
+    """
+    source, losses = router.group_source_, router.held_out_losses_
+    if source == "labels":
+        return (
+            f"Query groups: the {len(router.groups_)} of the evaluations, told from "
+            "each query's encoding where a query is given none."
+        )
+    if losses is None:
+        return None
+    if source == "clusters":
+        chosen = f"{len(router.groups_)} clusters"
+        return (
+            f"Query groups: {chosen} of the query encodings, chosen on held-out "
+            f"evaluations (log loss {losses[chosen]:.4f}; {losses['none']:.4f} "
+            "without groups)."
+        )
+    return (
+        "Query groups: none; no number of clusters of the query encodings beat "
+        f"none on held-out evaluations (log loss {losses['none']:.4f})."
     )
 
 
@@ -477,6 +506,8 @@ def run_route(arguments):
         f"Routed {len(frame)} queries among {len(router.classes_)} models to "
         f"{arguments.output}."
     )
+    if groups_line(router) is not None:
+        say(groups_line(router))
     if measured is not None:
         say(measured)
     return 0

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from sklocus._router import LocusRouter
+from sklocus._router._learnt_groups import named_groups
 from sklocus.cli._common import (
     UserError,
     say,
@@ -211,9 +212,10 @@ def run_serve(arguments):
             "token: anyone who can reach this port can onboard and remove models "
             f"and send outcomes. Set {TOKEN_VARIABLE} or give --token-file."
         )
-    groups = (
-        "" if router.groups_ is None else f" with {len(router.groups_)} query groups"
-    )
+    groups = ""
+    if router.groups_ is not None:
+        kind = "groups" if named_groups(router) is not None else "clusters"
+        groups = f" with {len(router.groups_)} query {kind}"
     say(
         f"Serving {len(router.classes_)} models{groups} on http://{arguments.host}:"
         f"{listener.getsockname()[1]} (OpenAPI page at /docs"

@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from sklocus._router._learnt_groups import named_groups
 from sklocus.evaluations import _first_bad_score
 from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
@@ -36,7 +37,7 @@ def check_outcomes(router, outcomes, request_error):
     at fault.
     """
     known = set(router.classes_.tolist())
-    grouped = router.group_offsets_ is not None
+    grouped = named_groups(router) is not None
     rows = []
     for position, outcome in enumerate(outcomes):
         where = ("outcomes", position)

@@ -41,6 +41,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
+from sklocus._router._learnt_groups import named_groups
 from sklocus._routing import policies_given
 from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
@@ -122,7 +123,7 @@ def _capped(message):
 
 
 def _require_groups(router):
-    if router.group_offsets_ is None:
+    if named_groups(router) is None:
         raise RequestError(
             ("query_groups",),
             "the router was fitted without query groups; leave query_groups out",
@@ -210,7 +211,8 @@ class RouterService(LearningFromOutcomes):
                 f"RouterService serves a LocusRouter; got {type(router).__name__}"
             )
         check_is_fitted(router, "embeddings_")
-        groups = [] if router.groups_ is None else router.groups_.tolist()
+        groups = named_groups(router)
+        groups = [] if groups is None else groups.tolist()
         for what, labels in [("model", router.classes_), ("query group", groups)]:
             wrong = [label for label in labels if not isinstance(label, str)]
             if wrong:
@@ -541,7 +543,7 @@ class RouterService(LearningFromOutcomes):
         from sklocus._versioning import __version__
 
         router = self._router
-        groups = router.groups_
+        groups = named_groups(router)
         return {
             "status": "ok",
             "n_models": int(len(router.classes_)),
