@@ -26,9 +26,11 @@ the per-benchmark tally (each model's mean train score on the question's
 benchmark, where the data name benchmarks); k-nearest queries; a logistic
 regression and a small MLP per model on the query encodings (RouterBench's
 baselines); MF (dim 16); LOCUS's forward pass; the default ``LocusRouter``
-(refined pool embeddings and query heads), the same without query heads, with
-``calibration="pool"``, with ``calibration="isotonic"`` and, where the data
-name benchmarks, with them as ``query_groups``; and the oracle
+(refined pool embeddings, query heads and clusters of the queries), the same
+without query heads, with ``calibration="pool"``, with
+``calibration="isotonic"``, with ``query_clusters=None`` and, where the data
+name benchmarks, with them as ``query_groups`` (given for the test questions
+too, or told from their text); and the oracle
 (each question's own scores), the ceiling. The fit time is the embedder's and
 the default router's together, on encodings computed beforehand.
 
@@ -186,6 +188,9 @@ def measure(pool, source, folder, seed, cache, overrides):
         "LOCUS, router without query heads": LocusRouter(frozen, query_heads=False),
         "LOCUS, router, calibration=pool": LocusRouter(frozen, calibration="pool"),
         "LOCUS, router, isotonic": LocusRouter(frozen, calibration="isotonic"),
+        "LOCUS, router, query_clusters=None": LocusRouter(
+            frozen, query_clusters=None
+        ),
     }
     predictions = {
         "overall accuracy": baselines.overall_accuracy(pool.train, len(pool.test_ids)),
@@ -208,6 +213,9 @@ def measure(pool, source, folder, seed, cache, overrides):
         predictions["LOCUS, router with benchmark groups"] = router.predict_correctness(
             pool.test_ids, pool.test_groups
         ).T
+        predictions["LOCUS, router with benchmark groups told from the text"] = (
+            router.predict_correctness(pool.test_ids).T
+        )
     router_seconds = {}
     for name, router in routers.items():
         start = time.perf_counter()
