@@ -188,9 +188,7 @@ def measure(pool, source, folder, seed, cache, overrides):
         "LOCUS, router without query heads": LocusRouter(frozen, query_heads=False),
         "LOCUS, router, calibration=pool": LocusRouter(frozen, calibration="pool"),
         "LOCUS, router, isotonic": LocusRouter(frozen, calibration="isotonic"),
-        "LOCUS, router, query_clusters=None": LocusRouter(
-            frozen, query_clusters=None
-        ),
+        "LOCUS, router, query_clusters=None": LocusRouter(frozen, query_clusters=None),
     }
     predictions = {
         "overall accuracy": baselines.overall_accuracy(pool.train, len(pool.test_ids)),

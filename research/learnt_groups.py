@@ -16,6 +16,11 @@ beside the per-benchmark and per-cluster tallies and a per-model logistic
 regression on the encodings. Usage::
 
     python -m research.learnt_groups DATA_FOLDER --cache CACHE --seed S --out FILE
+    python -m research.learnt_groups --report FILE ... [--page PAGE]
+
+The report writes ``docs/research/learnt-groups.md``: a cell is the mean over
+every (seed, pool) pair with its standard error; paired rows are one method
+minus another, pool by pool; the seed spread is the sd of each seed's mean.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 from sklearn.cluster import KMeans
 from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
@@ -111,6 +117,43 @@ def held_out_loss(half_logits, scores, half, labels, shrinkage):
         count += len(rows)
         listwise += listwise_loss(shifted, scores, test) / 2
     return total / count, listwise
+
+
+def listwise_offsets(base, scores, labels, shrinkage, weight=1.0):
+    """Group offsets fitted on BCE plus ``weight`` times a listwise loss.
+
+    The listwise term is, for each query with right and wrong answers among
+    its observed models, -log of the softmax mass (over those models' logits)
+    on the models that answered. Returns ``(groups, offsets)`` as
+    :func:`~sklocus._groups.fit_group_offsets` does.
+    """
+    groups, codes = np.unique(labels.astype(str), return_inverse=True)
+    observed = ~np.isnan(scores)
+    y = torch.as_tensor(np.nan_to_num(scores))
+    seen = torch.as_tensor(observed)
+    right = seen & (y > 0.5)
+    useful = right.any(dim=1) & (seen & (y <= 0.5)).any(dim=1)
+    z0 = torch.as_tensor(base)
+    index = torch.as_tensor(codes)
+    delta = torch.zeros(scores.shape[1], len(groups), dtype=torch.float64)
+    delta.requires_grad_(True)
+    optimiser = torch.optim.LBFGS([delta], max_iter=100, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimiser.zero_grad()
+        z = z0 + delta[:, index].T
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(
+            z[seen], y[seen], reduction="sum"
+        )
+        every = torch.logsumexp(z.masked_fill(~seen, -torch.inf), dim=1)
+        answered = torch.logsumexp(z.masked_fill(~right, -torch.inf), dim=1)
+        listwise = (every - answered)[useful].sum()
+        loss = bce + weight * listwise + shrinkage / 2 * (delta**2).sum()
+        loss.backward()
+        return loss
+
+    optimiser.step(closure)
+    return groups.astype(object), delta.detach().numpy()
 
 
 def cluster_tally(observed, train_codes, test_codes):
@@ -237,6 +280,29 @@ def measure_pool(data, embedder, mf, pool, seed, n, figures):
 
     for k in (8, 32):
         p[f"+ clusters (k={k})"] = clustered(k, SHRINKAGE)
+    # Offsets fitted on BCE plus a listwise loss (issue 54, part 5).
+    g, off = listwise_offsets(base_train, scores, benchmarks, SHRINKAGE)
+    col = {c: j for j, c in enumerate(g)}
+    soft = np.zeros((len(data.test_ids), len(g)))
+    soft[:, [col[c] for c in classifier.classes_]] = proba
+    p["+ predicted benchmarks (BCE + listwise offsets)"] = sigmoid(
+        soft_offsets(base_test, soft, off)
+    )
+    if default.group_source_ == "clusters":
+        k = len(default.groups_)
+        km = clusterings.get(k) or KMeans(k, n_init=4, random_state=0).fit(vectors)
+        g, off = listwise_offsets(
+            base_train, scores, km.labels_.astype(object), SHRINKAGE
+        )
+        col = {c: j for j, c in enumerate(g)}
+        hard = one_hot(
+            np.array([col[str(c)] for c in km.predict(data.test_vectors)]), len(g)
+        )
+        p["+ clusters as chosen (BCE + listwise offsets)"] = sigmoid(
+            soft_offsets(base_test, hard, off)
+        )
+    else:
+        p["+ clusters as chosen (BCE + listwise offsets)"] = p[BEFORE]
     for criterion, index in (("log loss", 0), ("listwise", 1)):
         label_free = [key for key in losses if key[0] != "benchmarks"]
         k, shrinkage = min(label_free, key=lambda key: losses[key][index])
@@ -280,17 +346,170 @@ def measure_pool(data, embedder, mf, pool, seed, n, figures):
             )
 
 
+PAIRED = (
+    (DEFAULT, BEFORE),
+    (DEFAULT, "cluster tally (k by CV)"),
+    (DEFAULT, "per-model logistic regression"),
+    (DEFAULT, "MF (dim 16)"),
+    (LEARNT, "per-benchmark tally (labels)"),
+    (LEARNT, BEFORE),
+    (LEARNT, GIVEN),
+    (LEARNT, "per-model logistic regression"),
+    (GIVEN, "per-benchmark tally (labels)"),
+)
+SPREAD = (
+    DEFAULT,
+    LEARNT,
+    GIVEN,
+    BEFORE,
+    "per-benchmark tally (labels)",
+    "cluster tally (k by CV)",
+)
+
+
+def _cell(values):
+    values = np.asarray(values, dtype=float)
+    se = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
+    return f"{values.mean():.3f} ± {se:.3f}"
+
+
+def report(results):
+    """The markdown page of ``--out`` files, one per seed."""
+    sizes = list(results[0]["sizes"])
+    methods = list(results[0]["sizes"][sizes[0]]["routing"])
+    seeds = ", ".join(str(r["seed"]) for r in results)
+    commits = sorted({r["commit"] for r in results})
+    fits = "; ".join(
+        f"seed {r['seed']}: {r['fit'].get('models')} models, "
+        f"{r['fit'].get('seconds', 0) / 60:.1f} min at {r['fit'].get('commit')}"
+        for r in results
+    )
+    pairs = sum(len(r["sizes"][sizes[0]]["routing"][methods[0]]) for r in results)
+    lines = [
+        "# Groups learnt, not given: LocusRouter on pools of unseen models",
+        "",
+        "Written by `python -m research.learnt_groups DATA_FOLDER --cache CACHE "
+        f"--seed S --out FILE` at seeds {seeds} (commits {', '.join(commits)}, "
+        f"{results[0].get('date', '')}), then `--report` of those files. The "
+        "protocol is that of [router-results.md](router-results.md): each seed "
+        f"fits its own embedder on the models outside its pools ({fits}) and "
+        "draws its own 8 pools of 112 unseen fully observed models; one draw of "
+        "n train-query evaluations per model (the seed's); 269 test queries. A "
+        f"cell is the mean over the {pairs} (seed, pool) pairs ± its standard "
+        "error.",
+        "",
+        f"- *{DEFAULT}*: `LocusRouter(FrozenEstimator(embedder))` as it is now: "
+        "no labels at fit or routing; k-means clusters of the pool's queries, "
+        "k in 2-32 or none chosen by held-out log loss.",
+        f"- *{LEARNT}*: `query_groups` = benchmarks at fit only; at routing a "
+        "logistic regression on the encodings weighs each benchmark's offsets.",
+        f"- *{GIVEN}*: benchmarks at fit and routing.",
+        f"- *{BEFORE}*: LOCUS's refined logits alone (the defaults of "
+        "router-results.md).",
+        "- *+ ...*: prototype variants on the logits of the one before: "
+        "predicted benchmarks soft (probabilities) or hard (argmax); clusters "
+        "at a fixed k; k and `group_shrinkage` (0.3-30) chosen by held-out log "
+        "loss or by a listwise loss (each held-out query's softmax over the "
+        "models' logits, mass on the models that answered).",
+        "- Tallies: each model's mean train score on the query's benchmark "
+        "(labels) or k-means cluster (k in 2-60 chosen by a held-out log loss "
+        "over half the queries, or k = 60); a logistic regression per model "
+        "on the encodings (C = 1); MF (dim 16, the item penalty tuned on the "
+        "training models).",
+        "- *BCE + listwise offsets*: the group offsets fitted on their log loss "
+        "plus a listwise loss (each query's softmax over its observed models' "
+        "logits, -log of the mass on those that answered), on the benchmarks "
+        "told from the text or on the clusters the default chose.",
+        "",
+    ]
+    for metric in ("routing", "correctness"):
+        lines += [
+            f"{metric.capitalize()} accuracy:",
+            "",
+            "| method | " + " | ".join(f"n = {n}" for n in sizes) + " |",
+            "|---|" + "---|" * len(sizes),
+        ]
+        for method in methods:
+            cells = [
+                _cell([v for r in results for v in r["sizes"][n][metric][method]])
+                for n in sizes
+            ]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        "Paired by pool:",
+        "",
+        "| comparison | metric | " + " | ".join(f"n = {n}" for n in sizes) + " |",
+        "|---|---|" + "---|" * len(sizes),
+    ]
+    for first, second in PAIRED:
+        if second not in methods:
+            continue
+        for metric in ("routing", "correctness"):
+            cells = []
+            for n in sizes:
+                a = [v for r in results for v in r["sizes"][n][metric][first]]
+                b = [v for r in results for v in r["sizes"][n][metric][second]]
+                d = np.subtract(a, b)
+                se = d.std(ddof=1) / np.sqrt(len(d))
+                cells.append(f"{d.mean():+.3f} ± {se:.3f}")
+            lines.append(
+                f"| {first} minus {second} | {metric} | " + " | ".join(cells) + " |"
+            )
+    lines += [
+        "",
+        "Spread between seeds (sd of each seed's mean over its pools):",
+        "",
+        "| method | metric | " + " | ".join(f"n = {n}" for n in sizes) + " |",
+        "|---|---|" + "---|" * len(sizes),
+    ]
+    for method in SPREAD:
+        for metric in ("routing", "correctness"):
+            means = [
+                [np.mean(r["sizes"][n][metric][method]) for r in results] for n in sizes
+            ]
+            cells = [f"{np.std(m, ddof=1):.3f}" if len(m) > 1 else "-" for m in means]
+            lines.append(f"| {method} | {metric} | " + " | ".join(cells) + " |")
+    lines += ["", "Clusters the default chose (pools, all seeds):", ""]
+    for n in sizes:
+        counts = {}
+        for r in results:
+            for k in r["sizes"][n]["default groups"]:
+                counts[k] = counts.get(k, 0) + 1
+        chosen = ", ".join(
+            f"{'none' if k == 0 else k}: {c}" for k, c in sorted(counts.items())
+        )
+        seconds = [v for r in results for v in r["sizes"][n]["default fit seconds"]]
+        accuracy = [v for r in results for v in r["sizes"][n]["benchmark accuracy"]]
+        lines.append(
+            f"- n = {n}: {chosen}; the default router's fit took "
+            f"{np.mean(seconds):.1f} s a pool (one core); the benchmark classifier "
+            f"told {np.mean(accuracy):.1%} of the test queries' benchmarks."
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data")
+    parser.add_argument("data", nargs="?")
+    parser.add_argument("--report", nargs="+", type=Path, metavar="JSON")
+    parser.add_argument(
+        "--page", type=Path, default=Path("docs/research/learnt-groups.md")
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pools", type=int, default=8)
     parser.add_argument("--only", type=int, help="measure the first ONLY pools")
-    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--cache", type=Path)
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--no-mf", action="store_true", help="leave MF out")
     arguments = parser.parse_args()
+    if arguments.report:
+        results = [json.loads(path.read_text()) for path in arguments.report]
+        arguments.page.write_text(report(results))
+        return
+    if arguments.data is None or arguments.cache is None or arguments.out is None:
+        parser.error("DATA_FOLDER, --cache and --out are needed to measure")
     code = commit()
     data = openllm_data.OpenLLM(arguments.data, "all-mpnet-base-v2")
     pools = draw_pools(data, arguments.seed, arguments.pools)
@@ -304,7 +523,13 @@ def main():
             "mf", data.train_matrix[training], data.train_vectors, arguments.seed
         )
         print(f"mf item penalty {mf.item_decay} (held-out {losses})", flush=True)
-    result = {"seed": arguments.seed, "commit": code, "fit": fit, "sizes": {}}
+    result = {
+        "seed": arguments.seed,
+        "commit": code,
+        "date": time.strftime("%Y-%m-%d"),
+        "fit": fit,
+        "sizes": {},
+    }
     start = time.perf_counter()
     for n in arguments.sizes:
         figures = {}
