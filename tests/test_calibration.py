@@ -162,14 +162,14 @@ def test_a_calibrated_router_applies_its_slope_and_offsets(trained):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
     assert LocusRouter().calibration is None
-    router = LocusRouter(
-        FrozenEstimator(embedder), calibration="pool", query_heads=False
-    ).fit(queries, Y)
+    # LOCUS and the pool calibration alone: no clusters of the queries.
+    alone = dict(query_heads=False, query_clusters=None)
+    router = LocusRouter(FrozenEstimator(embedder), calibration="pool", **alone)
+    router.fit(queries, Y)
     assert np.isfinite(router.calibration_slope_)
     assert router.model_offsets_.shape == (24,)
-    plain = LocusRouter(
-        FrozenEstimator(embedder), calibration=None, query_heads=False
-    ).fit(queries, Y)
+    plain = LocusRouter(FrozenEstimator(embedder), calibration=None, **alone)
+    plain.fit(queries, Y)
     assert plain.model_offsets_ is None and plain.calibration_slope_ is None
     uncalibrated = embedder.predict_correctness(plain.embeddings_, queries).T
     np.testing.assert_array_equal(plain.predict_correctness(queries), uncalibrated)
@@ -212,9 +212,10 @@ def test_onboarded_and_removed_models_keep_their_offsets(trained, tmp_path):
     data, embedder = trained
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores.T, columns=data.model_names)
-    router = LocusRouter(
-        FrozenEstimator(embedder), calibration="pool", query_heads=False
-    ).fit(queries, Y)
+    # LOCUS and the pool calibration alone: no clusters of the queries.
+    alone = dict(query_heads=False, query_clusters=None)
+    router = LocusRouter(FrozenEstimator(embedder), calibration="pool", **alone)
+    router.fit(queries, Y)
     router.add_models([data.evaluation_sets[2]], ["copy of 2"])
     # The same evaluations give nearly the same offset: the joint fit and the
     # new model's Newton steps solve the same problem with the slope fixed.

@@ -72,7 +72,8 @@ def _log_loss(router, pool, test=slice(240, None), groups=None):
 
 
 def test_clusters_are_chosen_on_held_out_evaluations_and_help(pool):
-    clustered = _fit(pool)
+    assert LocusRouter().query_clusters is None  # clusters are asked for
+    clustered = _fit(pool, query_clusters="auto")
     losses = clustered.held_out_losses_
     assert clustered.group_source_ == "clusters"
     tried = [k for k in CLUSTER_GRID if k * QUERIES_PER_CLUSTER <= 240]
@@ -303,7 +304,7 @@ def test_wrongly_shaped_or_infinite_group_weights_are_refused(pool, tmp_path):
 
 def test_the_command_line_says_how_groups_were_chosen(pool):
     _, queries, Y, labels, *_ = pool
-    line = groups_line(_fit(pool))
+    line = groups_line(_fit(pool, query_clusters="auto"))
     assert line.startswith("Query groups: ") and "clusters of the query" in line
     assert "held-out" in line
     plain = _fit(pool, query_clusters=None)

@@ -195,7 +195,8 @@ def test_query_groups_keep_their_queries(data, embedder):
     router.partial_fit([data.query_ids[70]], Y, query_groups=["b"])
     position = router.evaluation_queries_.tolist().index(data.query_ids[70])
     assert router.groups_[router.evaluation_groups_[position]] == "b"
-    plain = _router(embedder, query_heads=False).fit(queries, _table(data, queries))
+    plain = _router(embedder, query_heads=False, query_clusters=None)
+    plain.fit(queries, _table(data, queries))
     with pytest.raises(ValueError, match="fitted without query_groups"):
         plain.partial_fit(queries[:1], Y, query_groups=["a"])
 

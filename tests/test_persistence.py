@@ -37,6 +37,9 @@ from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import to_matrix
 from sklocus.nn import LocusNetwork
 
+# The newest model file format this sklocus writes and reads.
+NEWEST = sklocus._persistence._FORMAT_VERSION
+
 TINY = {**TINY_NETWORK, "max_epochs": 2}
 # Rebuilt identically in the fresh processes below.
 DATA_ARGS = TINY_POOL
@@ -320,7 +323,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
         (
             lambda h: h.update({"format_version": 99, "sklocus_version": "9.0"}),
             r"written by sklocus 9.0 in model file format 99; sklocus .* reads "
-            r"formats up to 7\. Load it with a newer sklocus",
+            rf"formats up to {NEWEST}\. Load it with a newer sklocus",
         ),
         (
             lambda h: h["estimator"].update({"class": ["x"]}),
@@ -640,7 +643,8 @@ def test_a_file_of_an_earlier_format_is_refused(fitted, tmp_path):
     with pytest.raises(
         ModelFileError,
         match=r"in model file format 3, which sklocus .* does not read for a "
-        r"LocusRouter \(it reads formats 6 to 7\)\. Refit the estimator and save it "
+        rf"LocusRouter \(it reads formats 6 to {NEWEST}\)\. Refit the estimator and "
+        r"save it "
         r"again",
     ):
         sklocus.load(path)
@@ -654,7 +658,7 @@ def test_format_5_holds_every_estimator_but_a_router(fitted, tmp_path):
     assert isinstance(sklocus.load(path), sklocus.LocusEmbedder)
     rewrite(path, lambda h: h.update({"format_version": 4}))
     with pytest.raises(
-        ModelFileError, match=r"does not read \(it reads formats 5 to 7\)"
+        ModelFileError, match=rf"does not read \(it reads formats 5 to {NEWEST}\)"
     ):
         sklocus.load(path)
     path = tmp_path / "router.sklocus"

@@ -83,10 +83,11 @@ def test_a_router_calibrates_on_held_out_halves_and_keeps_its_routes(
 ):
     queries, Y, frozen = pool
     train, test = queries[:200], queries[200:]
-    plain = LocusRouter(frozen, query_heads=query_heads).fit(train, Y.iloc[:200])
-    calibrated = LocusRouter(
-        frozen, query_heads=query_heads, calibration="isotonic"
-    ).fit(train, Y.iloc[:200])
+    # The map is the last stage only without group offsets (clusters).
+    stages = dict(query_heads=query_heads, query_clusters=None)
+    plain = LocusRouter(frozen, **stages).fit(train, Y.iloc[:200])
+    calibrated = LocusRouter(frozen, calibration="isotonic", **stages)
+    calibrated.fit(train, Y.iloc[:200])
     assert plain.probability_calibrator_ is None
     assert calibrated.probability_calibrator_.n_pairs_ > 1000
     # The map is strictly increasing: the likeliest model stays the likeliest

@@ -82,12 +82,12 @@ class LocusRouter(
         Prior precision of each model's per-group logit offset; about four
         times this many evaluations in a group move it halfway to what they
         alone say (:ref:`query_groups`).
-    query_clusters : "auto", int >= 2 or None, default="auto"
+    query_clusters : "auto", int >= 2 or None, default=None
         Without ``query_groups`` in :meth:`fit`: group the pool's queries by
         k-means of their encodings, each model an offset per cluster, a query in
         its nearest centre's; ``"auto"`` chooses how many (2 to 32, or none) on
-        held-out evaluations of the pool, each model embedded from one half of
-        them (``held_out_losses_``). Needs a LocusEmbedder.
+        held-out evaluations of the pool (``held_out_losses_``). Off by default:
+        level in routing on pools of 112, below with query heads on 9.
     calibration : {"pool", "isotonic", "sigmoid", "pool+isotonic", \
             "pool+sigmoid"} or None, default=None
         Calibrate on the pool's own evaluations, each predicted from an
@@ -226,7 +226,7 @@ class LocusRouter(
         cost_weight=0.0,
         refine_steps=50,
         group_shrinkage=3.0,
-        query_clusters="auto",
+        query_clusters=None,
         calibration=None,
         min_probability=None,
         budget=None,
@@ -298,8 +298,8 @@ class LocusRouter(
         The same router as ``fit(queries, Y)`` with ``Y`` the dense table of these
         sets, without building that table: what a pool read as evaluation sets or a
         long table (:func:`~sklocus.evaluations.from_long`) needs, however many
-        models it holds; only stages that compare each model's scores with its
-        predictions query by query build it (:func:`._scoring.table_needed`).
+        models it holds; only the stages that compare each model's scores with its
+        predictions query by query build it (heads, calibration, groups, clusters).
 
         Read more in the :ref:`User Guide <routing>`.
 

@@ -15,7 +15,6 @@ import warnings
 import numpy as np
 
 from sklocus._budget import held_out_curve, weight_within
-from sklocus._router._locus import chunks
 from sklocus._router._rows import ModelRows
 from sklocus._routing import (
     best_models,
@@ -129,8 +128,9 @@ def ranking(probabilities, excluded, cost, cost_weight, min_probability, k):
 def fit_budget(router, scorer, evaluation_sets, cost):
     """Set ``budget_curve_`` and ``budget_cost_weight_``, as ``budget`` says.
 
-    ``scorer`` holds the router's stages as fitted; the heads, like the
-    embeddings, are fitted again on the half each model is embedded from.
+    ``scorer`` holds the router's stages as fitted; the heads and group
+    offsets, like the embeddings, are fitted again on the half each model is
+    embedded from.
     """
 
     def probabilities(embeddings, queries, seen):
@@ -138,15 +138,26 @@ def fit_budget(router, scorer, evaluation_sets, cost):
         # the pool's blend): heads of every evaluation would have seen the
         # queries they are scored on.
         heads = None
+        scores, seen_queries = to_matrix(seen)
         if scorer.heads is not None:
-            scores, seen_queries = to_matrix(seen)
             heads = scorer.heads.fit_models(
                 scorer, embeddings, router.model_offsets_, seen_queries, scores.T
             )
         rows = ModelRows(embeddings, router.model_offsets_, heads)
-        found = [
-            scorer.probabilities(rows, queries[part]) for part in chunks(len(queries))
-        ]
+        if scorer.learnt_groups is not None:
+            # So are the group offsets, each seen query in its group, and
+            # the held-out queries take the groups their text tells.
+            codes = router.evaluation_groups_.tolist()
+            group = {
+                query: router.groups_[code]
+                for query, code in zip(router.evaluation_queries_.tolist(), codes)
+                if code >= 0
+            }
+            offsets = scorer.group_offsets.fit_models(
+                scorer, rows, seen_queries, scores.T, group
+            )
+            rows = rows._replace(group_offsets=offsets)
+        found = [p for _, p, _ in scorer.chunks(rows, queries)]
         return np.concatenate(found).T
 
     router.budget_curve_ = held_out_curve(

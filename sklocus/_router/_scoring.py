@@ -272,14 +272,16 @@ def fit_stages(router, locus, evaluation_sets, table, query_groups, heads_on):
             head_held_out,
         )
         router.probability_calibrator_ = scorer.probability_map.calibrator
-    if router.budget is not None:
-        fit_budget(router, scorer, evaluation_sets, router.cost_)
     if query_groups is not None:
         fit_given_groups(router, scorer, queries, scores, query_groups)
     elif table is not None and router.query_clusters is not None and locus.inner:
         if halves is None:
             halves = locus.half_embeddings(queries, scores, embeddings.shape[1])
         fit_clusters(router, scorer, queries, scores, halves)
+    scorer.group_offsets = GroupOffsets.of(router)
+    scorer.learnt_groups = LearntGroups.of(router)
+    if router.budget is not None:
+        fit_budget(router, scorer, evaluation_sets, router.cost_)
 
 
 def fit_given_groups(router, scorer, queries, scores, query_groups):

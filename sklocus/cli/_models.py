@@ -184,8 +184,8 @@ def groups_line(router):
     source, losses = router.group_source_, router.held_out_losses_
     if source == "labels":
         return (
-            f"Query groups: the {len(router.groups_)} of the evaluations, told from "
-            "each query's encoding where a query is given none."
+            f"Query groups: the {len(router.groups_)} of the evaluations; a query "
+            "routed without a group column takes those its encoding tells."
         )
     if losses is None:
         return None
