@@ -26,9 +26,9 @@ the per-benchmark tally (each model's mean train score on the question's
 benchmark, where the data name benchmarks); k-nearest queries; a logistic
 regression and a small MLP per model on the query encodings (RouterBench's
 baselines); MF (dim 16); LOCUS's forward pass; the default ``LocusRouter``
-(refined pool embeddings, query heads and clusters of the queries), the same
-without query heads, with ``calibration="pool"``, with
-``calibration="isotonic"``, with ``query_clusters=None`` and, where the data
+(refined pool embeddings and query heads), the same without query heads, with
+``calibration="pool"``, with ``calibration="isotonic"``, with
+``query_clusters="auto"`` (with and without heads) and, where the data
 name benchmarks, with them as ``query_groups`` (given for the test questions
 too, or told from their text); and the oracle
 (each question's own scores), the ceiling. The fit time is the embedder's and
@@ -188,7 +188,12 @@ def measure(pool, source, folder, seed, cache, overrides):
         "LOCUS, router without query heads": LocusRouter(frozen, query_heads=False),
         "LOCUS, router, calibration=pool": LocusRouter(frozen, calibration="pool"),
         "LOCUS, router, isotonic": LocusRouter(frozen, calibration="isotonic"),
-        "LOCUS, router, query_clusters=None": LocusRouter(frozen, query_clusters=None),
+        'LOCUS, router, query_clusters="auto"': LocusRouter(
+            frozen, query_clusters="auto"
+        ),
+        'LOCUS, router without query heads, query_clusters="auto"': LocusRouter(
+            frozen, query_heads=False, query_clusters="auto"
+        ),
     }
     predictions = {
         "overall accuracy": baselines.overall_accuracy(pool.train, len(pool.test_ids)),

@@ -46,10 +46,15 @@ from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
 SIZES = (64, 128, 256, 512)
-DEFAULT = "LocusRouter (defaults: clusters by held-out loss)"
+DEFAULT = 'LocusRouter, query_clusters="auto"'
 LEARNT = "LocusRouter + benchmarks at fit, told from the text"
 GIVEN = "LocusRouter + benchmarks at fit and routing (labels)"
-BEFORE = "LocusRouter, query_clusters=None (the defaults before)"
+BEFORE = "LocusRouter (defaults)"
+# Names of runs made while query_clusters="auto" was the default.
+RENAMED = {
+    "LocusRouter (defaults: clusters by held-out loss)": DEFAULT,
+    "LocusRouter, query_clusters=None (the defaults before)": BEFORE,
+}
 CLUSTER_GRID = (2, 4, 8, 16, 32, 60)
 SHRINKAGE = 3.0
 SHRINKAGES = (0.3, 1.0, 3.0, 10.0, 30.0)
@@ -205,7 +210,7 @@ def measure_pool(data, embedder, mf, pool, seed, n, figures):
     frozen = FrozenEstimator(embedder)
     p = {}
     start = time.perf_counter()
-    default = LocusRouter(frozen).fit(list(queries), scores)
+    default = LocusRouter(frozen, query_clusters="auto").fit(list(queries), scores)
     figures.setdefault("default fit seconds", []).append(time.perf_counter() - start)
     p[DEFAULT] = default.predict_correctness(data.test_ids)
     figures.setdefault("default groups", []).append(
@@ -356,6 +361,8 @@ PAIRED = (
     (LEARNT, GIVEN),
     (LEARNT, "per-model logistic regression"),
     (GIVEN, "per-benchmark tally (labels)"),
+    ("+ predicted benchmarks (BCE + listwise offsets)", LEARNT),
+    ("+ clusters as chosen (BCE + listwise offsets)", DEFAULT),
 )
 SPREAD = (
     DEFAULT,
@@ -373,8 +380,93 @@ def _cell(values):
     return f"{values.mean():.3f} ± {se:.3f}"
 
 
+def clustering_by_default(rows):
+    """Whether ``rows`` come from runs whose default router clustered the queries.
+
+    Those runs (at fec24b5) name the router without clusters
+    "LOCUS, router, query_clusters=None".
+    """
+    return "LOCUS, router, query_clusters=None" in rows[0]["methods"]
+
+
+def small_pools_section(rows):
+    """Markdown of ``research.budget`` JSON lines: the routers on small pools.
+
+    Runs made while ``query_clusters="auto"`` was the default name that router
+    "LOCUS, router (defaults)" and the one without clusters
+    "LOCUS, router, query_clusters=None".
+    """
+    clustered = clustering_by_default(rows)
+    names = {
+        "LOCUS, router (defaults)": (
+            "router, query heads + clusters (auto)"
+            if clustered
+            else "router, query heads (the defaults)"
+        ),
+        "LOCUS, router without query heads": (
+            "router, clusters (auto), no heads" if clustered else "router, no heads"
+        ),
+        "LOCUS, router, query_clusters=None": "router, query heads (the defaults)",
+        'LOCUS, router, query_clusters="auto"': "router, query heads + clusters (auto)",
+        'LOCUS, router without query heads, query_clusters="auto"': (
+            "router, clusters (auto), no heads"
+        ),
+        "LOCUS, router with benchmark groups": "router, benchmarks given",
+        "LOCUS, router with benchmark groups told from the text": (
+            "router, benchmarks at fit, told from the text"
+        ),
+        "per-benchmark tally": "per-benchmark tally (labels)",
+        "logistic regression per model": "logistic regression per model",
+        "MF (dim 16)": "MF (dim 16)",
+        "overall accuracy": "overall accuracy",
+    }
+    commits = sorted({row["commit"] for row in rows})
+    lines = [
+        "## Small pools",
+        "",
+        "Written by `python -m research.budget --llmrouter DIR --openllm DIR "
+        "--sizes 20 --seeds 0 1 2` at "
+        f"{', '.join(commits)} ({rows[0]['date']}), raw lines in "
+        "`research/results/budget-clusters.jsonl`: the 9 priced LLMRouter "
+        "models on their own train/test split, and pools of 20 Open LLM models "
+        "(on their split), each seed its own embedder; a cell is the mean over "
+        "seeds ± their sd. Query heads are on for these pools (under 100 "
+        "models).",
+        "",
+    ]
+    for pool in dict.fromkeys(row["pool"] for row in rows):
+        found = [row for row in rows if row["pool"] == pool]
+        seeds = ", ".join(str(row["seed"]) for row in found)
+        fit = np.mean([row["fit_seconds"] for row in found])
+        lines += [
+            f"{pool} ({found[0]['models']} models, seeds {seeds}; LOCUS fit, "
+            f"embedder and router, {fit:.0f} s on one core shared with another "
+            "run):",
+            "",
+            "| method | routing | correctness | AIQ |",
+            "|---|---|---|---|",
+        ]
+        for key, label in names.items():
+            if key not in found[0]["methods"]:
+                continue
+            cells = []
+            for metric in ("routing", "correctness", "aiq"):
+                values = [row["methods"][key][metric] for row in found]
+                cells.append(f"{np.mean(values):.3f} ± {np.std(values):.3f}")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def report(results):
     """The markdown page of ``--out`` files, one per seed."""
+    for result in results:
+        for figures in result["sizes"].values():
+            for metric in ("routing", "correctness"):
+                figures[metric] = {
+                    RENAMED.get(name, name): values
+                    for name, values in figures[metric].items()
+                }
     sizes = list(results[0]["sizes"])
     methods = list(results[0]["sizes"][sizes[0]]["routing"])
     seeds = ", ".join(str(r["seed"]) for r in results)
@@ -398,14 +490,13 @@ def report(results):
         f"cell is the mean over the {pairs} (seed, pool) pairs ± its standard "
         "error.",
         "",
-        f"- *{DEFAULT}*: `LocusRouter(FrozenEstimator(embedder))` as it is now: "
-        "no labels at fit or routing; k-means clusters of the pool's queries, "
-        "k in 2-32 or none chosen by held-out log loss.",
+        f"- *{DEFAULT}*: no labels at fit or routing; k-means clusters of the "
+        "pool's queries, k in 2-32 or none chosen by held-out log loss.",
         f"- *{LEARNT}*: `query_groups` = benchmarks at fit only; at routing a "
         "logistic regression on the encodings weighs each benchmark's offsets.",
         f"- *{GIVEN}*: benchmarks at fit and routing.",
-        f"- *{BEFORE}*: LOCUS's refined logits alone (the defaults of "
-        "router-results.md).",
+        f"- *{BEFORE}*: `LocusRouter(FrozenEstimator(embedder))`, LOCUS's "
+        "refined logits alone on these pools of 112 (no query heads).",
         "- *+ ...*: prototype variants on the logits of the one before: "
         "predicted benchmarks soft (probabilities) or hard (argmax); clusters "
         "at a fixed k; k and `group_shrinkage` (0.3-30) chosen by held-out log "
@@ -470,7 +561,7 @@ def report(results):
             ]
             cells = [f"{np.std(m, ddof=1):.3f}" if len(m) > 1 else "-" for m in means]
             lines.append(f"| {method} | {metric} | " + " | ".join(cells) + " |")
-    lines += ["", "Clusters the default chose (pools, all seeds):", ""]
+    lines += ["", f"Clusters {DEFAULT} chose (pools, all seeds):", ""]
     for n in sizes:
         counts = {}
         for r in results:
@@ -482,7 +573,7 @@ def report(results):
         seconds = [v for r in results for v in r["sizes"][n]["default fit seconds"]]
         accuracy = [v for r in results for v in r["sizes"][n]["benchmark accuracy"]]
         lines.append(
-            f"- n = {n}: {chosen}; the default router's fit took "
+            f"- n = {n}: {chosen}; its fit took "
             f"{np.mean(seconds):.1f} s a pool (one core); the benchmark classifier "
             f"told {np.mean(accuracy):.1%} of the test queries' benchmarks."
         )
@@ -496,6 +587,12 @@ def main():
     parser.add_argument(
         "--page", type=Path, default=Path("docs/research/learnt-groups.md")
     )
+    parser.add_argument(
+        "--budget",
+        type=Path,
+        metavar="JSONL",
+        help="with --report: research.budget lines of the small pools",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pools", type=int, default=8)
     parser.add_argument("--only", type=int, help="measure the first ONLY pools")
@@ -506,7 +603,11 @@ def main():
     arguments = parser.parse_args()
     if arguments.report:
         results = [json.loads(path.read_text()) for path in arguments.report]
-        arguments.page.write_text(report(results))
+        text = report(results)
+        if arguments.budget:
+            lines = arguments.budget.read_text().splitlines()
+            text += "\n" + small_pools_section([json.loads(x) for x in lines])
+        arguments.page.write_text(text)
         return
     if arguments.data is None or arguments.cache is None or arguments.out is None:
         parser.error("DATA_FOLDER, --cache and --out are needed to measure")
