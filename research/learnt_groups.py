@@ -510,7 +510,7 @@ def report(results):
         "- *BCE + listwise offsets*: the group offsets fitted on their log loss "
         "plus a listwise loss (each query's softmax over its observed models' "
         "logits, -log of the mass on those that answered), on the benchmarks "
-        "told from the text or on the clusters the default chose.",
+        'told from the text or on the clusters query_clusters="auto" chose.',
         "",
     ]
     for metric in ("routing", "correctness"):
