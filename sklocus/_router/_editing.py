@@ -23,6 +23,7 @@ from sklocus._kept_evaluations import (
     append_models,
     keep_models,
 )
+from sklocus._router._learnt_groups import clustered
 from sklocus._router._rows import ModelRows, keep_rows, set_rows
 from sklocus._router._tables import (
     check_cost,
@@ -135,7 +136,7 @@ class PoolEditingMixin:
         kept = append_models(self._kept(), ragged)
         groups = self._extended_groups(kept, query_groups)
         group_of = None
-        if query_groups is not None or self._clustered():
+        if query_groups is not None or clustered(self):
             # The groups kept: a query the router knows keeps its own.
             added = np.arange(len(self.classes_), len(self.classes_) + len(names))
             group_of = self._group_map_of(groups, *kept.ragged(added))
@@ -274,13 +275,9 @@ class PoolEditingMixin:
         for name, value in zip(KEPT, kept):
             setattr(self, name, value)
 
-    def _clustered(self):
-        """Whether the router's groups are clusters of its queries."""
-        return getattr(self, "group_source_", None) == "clusters"
-
     def _check_groups_given(self):
         """Refuse query_groups where the router has no groups of labels."""
-        if self._clustered():
+        if clustered(self):
             raise ValueError(
                 "the router's groups are clusters of its queries' encodings, "
                 "which it assigns new queries itself; leave query_groups out"
@@ -309,7 +306,7 @@ class PoolEditingMixin:
             return None
         group_of = {} if group_of is None else group_of
         new = kept.queries[len(old) :]
-        if self._clustered():  # each new query in its nearest cluster
+        if clustered(self):  # each new query in its nearest cluster
             scorer = self._scorer()
             if not len(new):
                 return old

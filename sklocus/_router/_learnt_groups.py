@@ -37,15 +37,18 @@ _CLASSIFIER_C = 10.0
 _NEVER = -1e30
 
 
+def clustered(router):
+    """Whether a router's groups are clusters of its queries (its own)."""
+    return getattr(router, "group_source_", None) == "clusters"
+
+
 def named_groups(router):
     """Return the groups a caller may give queries (``groups_``), or None.
 
     None also for a router whose groups are clusters: they are its own, and it
     assigns every query one itself.
     """
-    if getattr(router, "group_source_", None) == "clusters":
-        return None
-    return router.groups_
+    return None if clustered(router) else router.groups_
 
 
 class LearntGroups:

@@ -154,9 +154,7 @@ class Locus:
 
     def levels(self, embeddings, queries, scores):
         """Each model's mean LOCUS logit on the queries it was evaluated on."""
-        total = np.zeros(scores.shape[1])
         observed = ~np.isnan(scores)
-        for rows in chunks(len(queries)):
-            found = logits(self.probabilities(embeddings, queries[rows]))
-            total += np.where(observed[rows], found, 0.0).sum(axis=0)
+        found = self.logits_on(embeddings, queries)
+        total = np.where(observed, found, 0.0).sum(axis=0)
         return total / np.maximum(observed.sum(axis=0), 1)

@@ -132,6 +132,14 @@ def fit_budget(router, scorer, evaluation_sets, cost):
     offsets, like the embeddings, are fitted again on the half each model is
     embedded from.
     """
+    group_of = None
+    if scorer.learnt_groups is not None:
+        codes = router.evaluation_groups_.tolist()
+        group_of = {
+            query: router.groups_[code]
+            for query, code in zip(router.evaluation_queries_.tolist(), codes)
+            if code >= 0
+        }
 
     def probabilities(embeddings, queries, seen):
         # Query heads, like the embeddings, from the seen half alone (under
@@ -144,17 +152,11 @@ def fit_budget(router, scorer, evaluation_sets, cost):
                 scorer, embeddings, router.model_offsets_, seen_queries, scores.T
             )
         rows = ModelRows(embeddings, router.model_offsets_, heads)
-        if scorer.learnt_groups is not None:
+        if group_of is not None:
             # So are the group offsets, each seen query in its group, and
             # the held-out queries take the groups their text tells.
-            codes = router.evaluation_groups_.tolist()
-            group = {
-                query: router.groups_[code]
-                for query, code in zip(router.evaluation_queries_.tolist(), codes)
-                if code >= 0
-            }
             offsets = scorer.group_offsets.fit_models(
-                scorer, rows, seen_queries, scores.T, group
+                scorer, rows, seen_queries, scores.T, group_of
             )
             rows = rows._replace(group_offsets=offsets)
         found = [p for _, p, _ in scorer.chunks(rows, queries)]

@@ -88,8 +88,9 @@ def run_fit(arguments):
     if held is not None:
         with run_settings(embedder, arguments):
             router = build_router(embedder, evaluations)
-        if groups_line(router) is not None:
-            say(groups_line(router))
+        said = groups_line(router)
+        if said is not None:
+            say(said)
         say(routing_line(router, held))
     save_file(embedder, output)
     say(f"Saved the embedder to {output} ({output.stat().st_size / 2**20:.1f} MiB).")
@@ -506,8 +507,9 @@ def run_route(arguments):
         f"Routed {len(frame)} queries among {len(router.classes_)} models to "
         f"{arguments.output}."
     )
-    if groups_line(router) is not None:
-        say(groups_line(router))
+    said = groups_line(router)
+    if said is not None:
+        say(said)
     if measured is not None:
         say(measured)
     return 0
