@@ -33,6 +33,7 @@ from sklocus._model_posterior import (
     group_sums,
     posterior_weights,
 )
+from sklocus._score_readout import FullScoreMixin
 from sklocus._validation import shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
@@ -53,10 +54,22 @@ _QUERY_CHUNK = 2048
 # Predictions kept for queries asked about before, in bytes.
 _CACHE_BYTES = 256 * 2**20
 
-STRATEGIES = ("variance", "disagreement", "coverage", "random")
+_TABLE_COLUMNS = (
+    "model",
+    "group",
+    "n_queries",
+    "n_evaluated",
+    "estimate",
+    "std",
+    "lower",
+    "upper",
+    "target",
+)
+
+STRATEGIES = ("variance", "anchors", "disagreement", "coverage", "random")
 
 
-class ScoreEstimator(VersionStampMixin, BaseEstimator):
+class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
     """Estimate models' scores on groups of queries from a few evaluations each.
 
     A model's evaluations weight a pool of reference models (their LOCUS
@@ -143,7 +156,7 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X, scores=None):
         """Embed the reference models and calibrate the intervals on them.
 
         Parameters
@@ -151,8 +164,15 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         X : sequence of mappings
             The reference models' evaluation sets (query to score), at least two,
             typically those the embedder was trained on.
-        y : None
-            Ignored.
+        scores : DataFrame, default=None
+            The reference models' full scores: one row per set of ``X``, in its
+            order, one column per group (a benchmark's score over all its items,
+            as a leaderboard reports it; any scale), NaN where unknown. With
+            them, :meth:`estimate_scores` reports a group named as a column on
+            that scale, read from the evaluations by a linear read-out fitted on
+            the references that have every score, and :meth:`suggest_queries`
+            chooses queries for those scores. Without them, every group's
+            estimate is the model's mean over the group's queries.
 
         Returns
         -------
@@ -180,6 +200,7 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             np.arange(references.n_sets), references.sizes
         )
         self._calibrate(ragged, rng)
+        self._fit_full_scores(ragged, scores, rng)
         return self
 
     # -- calibration --------------------------------------------------------------
@@ -350,7 +371,13 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
     # -- estimating scores ------------------------------------------------------
 
     def estimate_scores(self, X, queries, query_groups=None, model_names=None):
-        """Estimate each model's mean score on each group of queries.
+        """Estimate each model's score on each group of queries.
+
+        A group named as a column of the ``scores`` given to :meth:`fit` is
+        estimated on that scale (``target`` "full score"): the read-out's
+        conditional mean given every evaluation of the model among the
+        read-out queries, inside the group or not. Any other group's estimate
+        is the model's mean over the group's queries (``target`` "item mean").
 
         Parameters
         ----------
@@ -372,10 +399,12 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         DataFrame
             One row per model and group: ``n_queries`` (the group's size),
             ``n_evaluated`` (of them, how many the model was evaluated on),
-            ``estimate`` (observed scores plus predictions, over the group's
-            size), ``std`` (its standard deviation), and ``lower`` and ``upper``,
-            the interval at ``confidence``, within what the unevaluated queries
-            allow.
+            ``estimate``, ``std`` (its standard deviation), ``lower`` and
+            ``upper`` (the interval at ``confidence``) and ``target``, what the
+            estimate is of: ``"item mean"`` (observed scores plus predictions,
+            over the group's size; the interval within what the unevaluated
+            queries allow) or ``"full score"`` (on the scale of the fitted
+            ``scores``).
         """
         check_is_fitted(self, "reference_embeddings_")
         sets = _evaluation_dicts(X, model_names)
@@ -390,6 +419,11 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
         )
         position = {query: i for i, query in enumerate(queries)}
         size = np.bincount(codes[known], minlength=len(labels))
+        read = {}  # group label: its column of the fitted scores
+        if self.score_groups_ is not None:
+            column = {label: k for k, label in enumerate(self.score_groups_)}
+            read = {label: column[label] for label in labels if label in column}
+        scored = bool(read)
         rows = []
         for name, evaluations in zip(model_names, sets):
             w = self._weights(evaluations)
@@ -418,35 +452,33 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             mean[full], variance[full] = 0.0, 0.0
             estimate = (observed + mean) / size
             std = np.sqrt(np.maximum(variance, 0.0)) / size
-            low = observed / size
-            high = (observed + size - count) / size
             half = self.interval_scale_ * std
-            for g, label in enumerate(labels):
-                rows.append(
-                    (
-                        name,
-                        label,
-                        int(size[g]),
-                        int(count[g]),
-                        float(estimate[g]),
-                        float(std[g]),
-                        float(max(estimate[g] - half[g], low[g])),
-                        float(min(estimate[g] + half[g], high[g])),
-                    )
+            lower = np.maximum(estimate - half, observed / size)
+            upper = np.minimum(estimate + half, (observed + size - count) / size)
+            target = np.full(len(labels), "item mean", dtype=object)
+            if scored:
+                full_mean, full_variance = self._full_scores(evaluations)
+                at = np.array([read[label] for label in labels if label in read])
+                put = np.array([label in read for label in labels])
+                estimate[put] = full_mean[at]
+                std[put] = np.sqrt(full_variance[at])
+                half = self.score_interval_scales_[at] * std[put]
+                lower[put], upper[put] = estimate[put] - half, estimate[put] + half
+                target[put] = "full score"
+            rows.extend(
+                zip(
+                    [name] * len(labels),
+                    labels,
+                    size.tolist(),
+                    count.tolist(),
+                    estimate.tolist(),
+                    std.tolist(),
+                    lower.tolist(),
+                    upper.tolist(),
+                    target,
                 )
-        return pd.DataFrame(
-            rows,
-            columns=[
-                "model",
-                "group",
-                "n_queries",
-                "n_evaluated",
-                "estimate",
-                "std",
-                "lower",
-                "upper",
-            ],
-        )
+            )
+        return pd.DataFrame(rows, columns=list(_TABLE_COLUMNS))
 
     # -- choosing queries ---------------------------------------------------------
 
@@ -480,11 +512,17 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             weighted alike. A candidate in no group may still be suggested, for
             what its outcome tells about the groups. Default: one group of all
             candidates.
-        strategy : {"variance", "disagreement", "coverage", "random"}, \
-                default="variance"
+        strategy : {"variance", "anchors", "disagreement", "coverage", \
+                "random"}, default="variance"
             ``"variance"``: the queries whose outcomes are expected to shrink the
             variance of the groups' estimated scores most, each group's variance
-            relative to what it is before. ``"disagreement"``: the
+            relative to what it is before, given the model's results so far
+            (for groups with full scores, the variance of those scores, among
+            the read-out queries). ``"anchors"``: the same choice made as if no
+            result were known, so that it depends only on which queries were
+            evaluated, not on how they went: every model gets the same anchor
+            queries (the tinyBenchmarks and metabench practice), comparable
+            across models. ``"disagreement"``: the
             queries on which the reference models that explain the evaluations
             disagree most. ``"coverage"``: spread over the candidates' encodings
             (farthest first from what was evaluated). ``"random"``: at random,
@@ -520,8 +558,20 @@ class ScoreEstimator(VersionStampMixin, BaseEstimator):
             picks = rng.permutation(len(pool))[:n_queries]
         elif strategy == "coverage":
             picks = self._farthest_first(evaluations, pool, n_queries)
+        elif strategy != "disagreement" and self._scored_targets(labels, query_groups):
+            picks = self._suggest_for_full_scores(
+                evaluations,
+                pool,
+                n_queries,
+                self._scored_targets(labels, query_groups),
+                local=strategy == "variance",
+            )
         else:
-            w = self._weights(evaluations)
+            if strategy == "anchors":  # what every model would be asked: no results
+                n_reference = len(self.reference_embeddings_)
+                w = np.full(n_reference, 1.0 / n_reference)
+            else:
+                w = self._weights(evaluations)
             p = self._reference_predictions(pool)
             if strategy == "disagreement":
                 spread = w @ (p - w @ p) ** 2

@@ -276,6 +276,107 @@ def test_estimate_writes_what_the_library_estimates(workspace, capsys):
     assert written.n_evaluated.sum() == 20
 
 
+def test_estimate_and_suggest_read_full_scores(workspace, capsys):
+    folder, data, *_ = workspace
+    groups = data.benchmarks.astype(str)
+    pd.DataFrame({"query": data.query_ids, "benchmark": groups}).to_csv(
+        folder / "benchmark.csv", index=False
+    )
+    board = pd.DataFrame(
+        {
+            g: 20 + 70 * data.probabilities[:, groups == g].mean(axis=1)
+            for g in sorted(set(groups))
+        }
+    )
+    board.insert(0, "model", data.model_names)
+    # The new model has no row (its score is what is asked), a stranger has one.
+    stranger = pd.DataFrame([["gpt-9", *board.iloc[0, 1:]]], columns=board.columns)
+    pd.concat([board.iloc[:-1], stranger]).to_csv(folder / "board.csv", index=False)
+    new = data.model_names[-1]
+    common = ["--group-column", "benchmark", "--scores", "board.csv"]
+    run = succeeded(
+        in_process(
+            "estimate",
+            "model.sklocus",
+            "evals.csv",
+            "benchmark.csv",
+            "-o",
+            "full.csv",
+            "--new-model",
+            new,
+            *common,
+            "--random-state",
+            "0",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    assert "Full scores of 29 of the 29 reference models from board.csv" in run.stderr
+    written = pd.read_csv(folder / "full.csv", dtype={"model": str, "group": str})
+    assert set(written["target"]) == {"full score"}
+    embedder = load_model_file(folder / "model.sklocus")
+    estimator = ScoreEstimator(embedder, random_state=0).fit(
+        data.evaluation_sets[:-1], board.iloc[:-1, 1:].reset_index(drop=True)
+    )
+    expected = estimator.estimate_scores(
+        [data.evaluation_sets[-1]], data.query_ids, groups, model_names=[new]
+    )
+    np.testing.assert_allclose(
+        written[["estimate", "std", "lower", "upper"]].to_numpy(),
+        expected[["estimate", "std", "lower", "upper"]].to_numpy(),
+        rtol=1e-6,
+    )
+    succeeded(
+        in_process(
+            "suggest",
+            "model.sklocus",
+            "evals.csv",
+            "benchmark.csv",
+            "-o",
+            "anchors.csv",
+            "--new-model",
+            "fresh",
+            "-k",
+            "12",
+            *common,
+            "--strategy",
+            "anchors",
+            "--random-state",
+            "0",
+            cwd=folder,
+            capsys=capsys,
+        )
+    )
+    unknown = board.iloc[:, 1:].copy()
+    unknown.iloc[-1] = np.nan  # the new model of estimate: no row in board.csv
+    estimator = ScoreEstimator(embedder, random_state=0).fit(
+        data.evaluation_sets, unknown
+    )
+    picks = estimator.suggest_queries(
+        {}, data.query_ids, 12, query_groups=groups, strategy="anchors"
+    )
+    assert pd.read_csv(folder / "anchors.csv")["query"].tolist() == picks
+    board["arc"] = "high"
+    board.to_csv(folder / "words.csv", index=False)
+    run = in_process(
+        "estimate",
+        "model.sklocus",
+        "evals.csv",
+        "benchmark.csv",
+        "-o",
+        "x.csv",
+        "--new-model",
+        new,
+        "--group-column",
+        "benchmark",
+        "--scores",
+        "words.csv",
+        cwd=folder,
+        capsys=capsys,
+    )
+    assert run.returncode == 2 and "column 'arc' must hold numbers" in run.stderr
+
+
 def test_feedback_folds_outcomes_as_partial_fit_does(workspace, capsys):
     folder, data, *_ = workspace
     embedder = load_model_file(folder / "model.sklocus")

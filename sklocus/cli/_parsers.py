@@ -261,6 +261,14 @@ def _add_new_model_inputs(parser, *, evals, queries, output, title, groups):
         + groups,
     )
     group.add_argument(
+        "--scores",
+        metavar="FILE",
+        help="the reference models' full scores (a leaderboard), CSV or Parquet: "
+        "the model column (as in EVALS) and one column per group; a group named "
+        "there is estimated on that scale, read from the evaluations, and the "
+        "suggestions aim at those scores",
+    )
+    group.add_argument(
         "--random-state", type=integer_in(0, 2**32 - 1), metavar="N", help="seed"
     )
     return group
@@ -303,23 +311,27 @@ def _add_evaluation_commands(commands):
     )
     choice.add_argument(
         "--strategy",
-        choices=("variance", "disagreement", "coverage", "random"),
+        choices=("variance", "anchors", "disagreement", "coverage", "random"),
         default="variance",
         help="variance (default): the results expected to narrow the estimated "
-        "scores most; disagreement: where the models like it disagree most; "
-        "coverage: spread over the query encodings; random",
+        "scores most, given the results so far; anchors: the same choice made "
+        "without reading the results, the same queries for every new model; "
+        "disagreement: where the models like it disagree most; coverage: spread "
+        "over the query encodings; random",
     )
     suggest.set_defaults(run="_estimate:run_suggest")
 
     estimate = commands.add_parser(
         "estimate",
         help="estimate new models' scores from a few evaluations",
-        description="Estimate the mean score of each model named by --new-model on "
+        description="Estimate the score of each model named by --new-model on "
         "each group of QUERIES (a benchmark, a subject; all of them when no "
         "--group-column is given) from its rows of EVALS, the other models of "
         "EVALS being the reference models, and write one row per model and group: "
-        "model, group, n_queries, n_evaluated, estimate, std, lower, upper. QUERIES "
-        "is read as suggest reads it.",
+        "model, group, n_queries, n_evaluated, estimate, std, lower, upper, target. "
+        "A group with a column in --scores is estimated on that scale (target "
+        "'full score'), any other as the mean over its queries ('item mean'). "
+        "QUERIES is read as suggest reads it.",
     )
     choice = _add_new_model_inputs(
         estimate,

@@ -1,0 +1,363 @@
+"""Read a benchmark's full score from a few of its items: a Gaussian over references.
+
+The reference models' outcomes on the read-out queries and their full-benchmark
+scores (what a leaderboard reports) are treated as one Gaussian vector, whose
+mean and covariance are those of the references. A new model's scores on some of
+the queries then give its full scores' conditional mean and variance: the best
+linear read-out of exactly those queries (a ridge regression of the references'
+scores on them, whatever queries they are), with the variance it leaves. The
+same covariance says which query would shrink that variance most, so the
+choice of queries, fixed (the same anchors for every model) or given what a
+model has shown so far, aims at the full score itself.
+
+The functions here are the arithmetic; :class:`~sklocus.ScoreEstimator` holds
+the moments and calibrates the intervals.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from sklocus._model_posterior import posterior_weights
+from sklocus._validation import shown
+
+# Rows needed to read a column's scores: fewer cannot describe the covariance of a
+# column with even a handful of queries.
+MIN_SCORED_REFERENCES = 10
+
+
+def check_reference_scores(scores, n_sets):
+    """Validate the references' full scores: one row per set, one column per group.
+
+    Returns the column labels and a float64 array (NaN where a score is unknown).
+    """
+    if not isinstance(scores, pd.DataFrame):
+        raise TypeError(
+            "scores must be a pandas DataFrame with one row per reference set and "
+            "one column per group (a benchmark's full score); got "
+            f"{type(scores).__name__}"
+        )
+    if len(scores) != n_sets:
+        raise ValueError(
+            f"scores has {len(scores)} rows for {n_sets} reference sets; give one "
+            "row per set, in the same order"
+        )
+    if scores.shape[1] == 0:
+        raise ValueError("scores has no columns; give one column per group")
+    labels = list(scores.columns)
+    if len(set(labels)) != len(labels):
+        raise ValueError("scores has a column name twice; name each group once")
+    columns = []
+    for label in labels:
+        column = scores[label]
+        types = pd.api.types
+        if not types.is_numeric_dtype(column) or types.is_bool_dtype(column):
+            raise TypeError(
+                f"scores column {shown(label)} must hold numbers (NaN where a "
+                f"reference has no score); got dtype {column.dtype}"
+            )
+        values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+        infinite = np.flatnonzero(np.isinf(values))
+        if len(infinite):
+            raise ValueError(
+                f"scores column {shown(label)} row {int(infinite[0])} is "
+                f"{values[infinite[0]]}; scores must be finite (NaN where unknown)"
+            )
+        columns.append(values)
+    values = np.column_stack(columns)
+    complete = int((~np.isnan(values).any(axis=1)).sum())
+    if complete < MIN_SCORED_REFERENCES:
+        raise ValueError(
+            f"only {complete} reference sets have a score in every column of scores; "
+            f"reading full scores needs at least {MIN_SCORED_REFERENCES}"
+        )
+    return labels, values
+
+
+def conditional_scores(mean, covariance, n_queries, seen, values, noise):
+    """Condition the targets on some queries' outcomes: their mean and variance.
+
+    Parameters
+    ----------
+    mean, covariance : ndarray
+        Joint moments of ``n_queries`` outcomes followed by the targets.
+    n_queries : int
+    seen : ndarray of int
+        Positions (in the outcomes) of the evaluated queries.
+    values : ndarray of float
+        Their outcomes.
+    noise : float
+        Added to each seen outcome's variance: the ridge penalty of the read-out.
+
+    Returns
+    -------
+    mean, variance : ndarray of shape (n_targets,)
+    """
+    targets = np.arange(n_queries, len(mean))
+    prior_mean, prior_variance = mean[targets], np.diag(covariance)[targets]
+    if len(seen) == 0:
+        return prior_mean.copy(), prior_variance.copy()
+    block = covariance[np.ix_(seen, seen)] + noise * np.eye(len(seen))
+    cross = covariance[np.ix_(seen, targets)]
+    gain = np.linalg.solve(block, cross)
+    estimate = prior_mean + (np.asarray(values, np.float64) - mean[seen]) @ gain
+    variance = prior_variance - np.einsum("st,st->t", cross, gain)
+    return estimate, np.maximum(variance, 0.0)
+
+
+def greedy_queries(covariance, n_queries, seen, candidates, n_choices, noise):
+    """Choose the queries whose outcomes shrink the targets' variance most.
+
+    The covariance is first conditioned on the ``seen`` queries; each pick then
+    shrinks each target's variance by ``Cov(q, t)^2 / (Var(q) + noise)``, every
+    target in units of its variance before any pick, and conditions the
+    covariance on itself, so that a batch does not ask twice what one query
+    tells.
+
+    Returns positions in ``candidates``, in the order chosen.
+    """
+    sigma = np.array(covariance, dtype=np.float64)
+    for query in seen:
+        column = sigma[:, query].copy()
+        sigma -= np.outer(column, column) / (column[query] + noise)
+    targets = slice(n_queries, len(sigma))
+    scale = np.maximum(np.diag(covariance)[targets], 1e-12)
+    candidates = np.asarray(candidates, dtype=np.int64)
+    open_ = np.ones(len(candidates), dtype=bool)
+    picks = []
+    for _ in range(n_choices):
+        cross = sigma[np.ix_(candidates, np.arange(n_queries, len(sigma)))]
+        variance = sigma[candidates, candidates]
+        gain = (cross**2 / scale).sum(axis=1) / (variance + noise)
+        gain[~open_] = -np.inf
+        best = int(np.argmax(gain))
+        picks.append(best)
+        open_[best] = False
+        query = candidates[best]
+        column = sigma[:, query].copy()
+        sigma -= np.outer(column, column) / (column[query] + noise)
+    return np.asarray(picks, dtype=np.int64)
+
+
+def weighted_moments(table, weights, columns):
+    """Mean and covariance of ``table``'s ``columns`` under the rows' ``weights``.
+
+    Only the columns asked for are read, so that conditioning on a model's few
+    queries costs ``len(table) * len(columns) ** 2``, whatever the read-out's size.
+    """
+    block = table[:, columns]
+    mean = weights @ block
+    centred = (block - mean) * np.sqrt(weights)[:, None]
+    return mean, centred.T @ centred
+
+
+# The read-out's ridge penalties tried in fit (outcomes are in [0, 1]); the one
+# whose estimates of the calibration models' scores err least is kept.
+NOISES = (0.005, 0.01, 0.02, 0.05, 0.1)
+# How much the new model's likely neighbours weigh in the moments: the weights
+# are this share of LOCUS's posterior over the references (at temperature
+# LOCAL_TEMPERATURE) plus the rest spread evenly over them.
+LOCALITY = 0.5
+LOCAL_TEMPERATURE = 0.1
+# Evaluations shown per calibration model, and at most this many models.
+SHOWN = (16, 64, 256)
+CALIBRATION_MODELS = 256
+# At most this many read-out queries (the most evaluated among the references).
+READOUT_QUERIES = 2048
+
+
+class FullScoreMixin:
+    """What :class:`~sklocus.ScoreEstimator` does with the references' full scores.
+
+    Fitted state (``score_groups_`` is None when ``fit`` got no scores):
+    ``score_groups_``, ``readout_queries_``, ``score_noise_``,
+    ``score_interval_scales_``, ``score_coverage_``; private: ``_readout`` (each
+    scored reference's outcomes on the read-out queries, then its scores),
+    ``_readout_rows`` (their rows among the references).
+    """
+
+    def _fit_full_scores(self, ragged, scores, rng):
+        """Fit the read-out of ``scores`` (or record that there is none)."""
+        self.score_groups_ = self.readout_queries_ = None
+        self.score_noise_ = self.score_interval_scales_ = None
+        self.score_coverage_ = None
+        self._readout = self._readout_rows = None
+        if scores is None:
+            return
+        labels, values = check_reference_scores(scores, ragged.n_sets)
+        values = values[self.reference_indices_]
+        rows = np.flatnonzero(~np.isnan(values).any(axis=1))
+        if len(rows) < MIN_SCORED_REFERENCES:
+            raise ValueError(
+                f"only {len(rows)} of the {len(values)} reference models kept "
+                f"(max_reference_models={self.max_reference_models}) have every "
+                f"score; reading full scores needs at least {MIN_SCORED_REFERENCES}"
+            )
+        references = self._references
+        owner = np.repeat(np.arange(references.n_sets), references.sizes)
+        scored = np.isin(owner, rows)
+        counts = np.bincount(
+            references.query_codes[scored], minlength=len(references.queries)
+        )
+        order = np.argsort(-counts, kind="stable")
+        keep = order[: min(READOUT_QUERIES, int((counts > 0).sum()))]
+        queries = [references.queries[i] for i in keep]
+        outcomes = self._reference_outcomes(queries)[rows]
+        self.score_groups_ = labels
+        self.readout_queries_ = queries
+        self._readout = np.concatenate(
+            [outcomes.astype(np.float64), values[rows]], axis=1
+        )
+        self._readout_rows = rows
+        self._calibrate_full_scores(rng)
+
+    def _readout_positions(self, evaluations):
+        """Return the read-out positions of a model's evaluations, and its scores."""
+        code = {query: i for i, query in enumerate(self.readout_queries_)}
+        found = [(code[q], s) for q, s in evaluations.items() if q in code]
+        positions = np.array([i for i, _ in found], dtype=np.int64)
+        return positions, np.array([s for _, s in found], dtype=np.float64)
+
+    def _local_weights(self, evaluations, exclude=None, local=True):
+        """Weigh the scored references for one model's moments."""
+        n = len(self._readout_rows)
+        even = np.full(n, 1.0 / n)
+        if exclude is not None:
+            even[exclude] = 0.0
+            even /= even.sum()
+        if not evaluations or not local:
+            return even
+        queries = list(evaluations)
+        scores = np.fromiter(evaluations.values(), np.float64, count=len(queries))
+        predictions = self._reference_predictions(queries)[self._readout_rows]
+        posterior = posterior_weights(
+            predictions, scores, LOCAL_TEMPERATURE, exclude=exclude
+        )
+        return LOCALITY * posterior + (1 - LOCALITY) * even
+
+    def _full_scores(self, evaluations, noises=None, exclude=None):
+        """Conditional mean and variance of every score group for one model.
+
+        One ``(mean, variance)`` per penalty of ``noises`` (default: the fitted
+        one alone, returned bare): the moments are computed once for all.
+        """
+        seen, values = self._readout_positions(evaluations)
+        n_groups = len(self.score_groups_)
+        columns = np.r_[seen, np.arange(-n_groups, 0)]
+        weights = self._local_weights(evaluations, exclude)
+        mean, covariance = weighted_moments(self._readout, weights, columns)
+        k = len(seen)
+        found = [
+            conditional_scores(mean, covariance, k, np.arange(k), values, noise)
+            for noise in (noises or [self.score_noise_])
+        ]
+        return found if noises else found[0]
+
+    def _calibrate_full_scores(self, rng):
+        """Choose ``score_noise_``; scale the intervals on held-out references."""
+        truth = self._readout[:, len(self.readout_queries_) :]
+        # Only a reference's own evaluations are shown, never LOCUS's stand-ins.
+        references = self._references
+        readout = set(self.readout_queries_)
+        draws = []
+        for row in rng.permutation(len(self._readout_rows))[:CALIBRATION_MODELS]:
+            model = int(self._readout_rows[row])
+            own = [
+                (references.queries[code], float(score))
+                for code, score in zip(
+                    references.set_codes(model), references.set_scores(model)
+                )
+                if references.queries[code] in readout
+            ]
+            for n in SHOWN:
+                if n > len(own):
+                    break
+                picked = rng.choice(len(own), n, replace=False)
+                draws.append((row, dict(own[i] for i in picked)))
+        if len(draws) < 4:
+            raise ValueError(
+                f"only {len(draws)} calibration draws: the scored references need "
+                f"{SHOWN[0]} or more evaluations on the read-out queries each"
+            )
+        spread = np.maximum(truth.std(axis=0), 1e-12)
+        found = {noise: [] for noise in NOISES}
+        for row, shown_ in draws:
+            for noise, moments in zip(
+                NOISES, self._full_scores(shown_, NOISES, exclude=row)
+            ):
+                found[noise].append((row, *moments))
+
+        def loss(noise):
+            errors = [(mean - truth[row]) / spread for row, mean, _ in found[noise]]
+            return float(np.mean(np.square(errors)))
+
+        self.score_noise_ = min(NOISES, key=loss)
+        chosen = found[self.score_noise_]
+        rows = np.array([row for row, _, _ in chosen])
+        ratio = np.array(
+            [
+                np.abs(truth[row] - mean) / np.sqrt(np.maximum(variance, 1e-12))
+                for row, mean, variance in chosen
+            ]
+        )
+        # Split by model, so that no model's draws fall on both sides.
+        models = np.unique(rows)
+        fitted_models = models[rng.permutation(len(models))[: (len(models) + 1) // 2]]
+        in_fit = np.isin(rows, fitted_models)
+        fitted = np.sort(ratio[in_fit], axis=0)
+        rank = min(math.ceil((len(fitted) + 1) * self.confidence), len(fitted))
+        self.score_interval_scales_ = fitted[rank - 1].copy()
+        held = ratio[~in_fit]
+        self.score_coverage_ = (
+            float(np.mean(held <= self.score_interval_scales_))
+            if len(held)
+            else float("nan")
+        )
+
+    def _scored_targets(self, labels, query_groups):
+        """Columns of the fitted scores that a suggestion aims at, if any."""
+        if self.score_groups_ is None:
+            return []
+        if query_groups is None:
+            return list(range(len(self.score_groups_)))
+        present = set(labels)
+        return [k for k, label in enumerate(self.score_groups_) if label in present]
+
+    def _suggest_for_full_scores(self, evaluations, pool, n_queries, targets, local):
+        """Positions in ``pool`` whose outcomes narrow the full scores most.
+
+        ``local``: weigh the references by what the model's results say (the
+        adaptive choice); otherwise evenly (the anchors, the same for every
+        model that was evaluated on the same queries).
+        """
+        seen, _ = self._readout_positions(evaluations)
+        code = {query: i for i, query in enumerate(self.readout_queries_)}
+        inside = np.array([i for i, q in enumerate(pool) if q in code], np.int64)
+        if n_queries > len(inside):
+            raise ValueError(
+                f"asked for {n_queries} queries, but only {len(inside)} of the open "
+                "candidates are among the read-out queries, whose outcomes the "
+                f"fitted scores are read from ({len(self.readout_queries_)} "
+                "queries the references were evaluated on); ask for fewer"
+            )
+        n_read = len(self.readout_queries_)
+        columns = np.r_[
+            seen,
+            [code[pool[i]] for i in inside],
+            n_read + np.asarray(targets, np.int64),
+        ].astype(np.int64)
+        weights = self._local_weights(evaluations, local=local)
+        _, covariance = weighted_moments(self._readout, weights, columns)
+        k, c = len(seen), len(inside)
+        picks = greedy_queries(
+            covariance,
+            k + c,
+            np.arange(k),
+            np.arange(k, k + c),
+            n_queries,
+            self.score_noise_,
+        )
+        return inside[picks]
