@@ -127,13 +127,19 @@ def forest_estimates(train_x, train_y, test_x, seed):
     return forest.fit(train_x, train_y).predict(test_x)
 
 
-def irt_estimates(matrix, benchmarks, training, held, total, quotas, seed):
-    """The 2PL's mapped estimates of the held models, items by Fisher information."""
+def fit_irt(matrix, benchmarks, training, seed):
+    """A 2PL per benchmark fitted on the training models but the mapping ones."""
     dims = np.array([BENCHMARKS.index(x) for x in benchmarks])
     rng = np.random.default_rng((seed, 55))
     mapping = np.sort(rng.choice(training, MAP_MODELS, replace=False))
     fitting = np.setdiff1d(training, mapping)
     a, b = irt.fit_2pl(matrix[fitting], dims, seed=seed)
+    return a, b, dims, mapping
+
+
+def irt_estimates(matrix, benchmarks, fitted, held, total, quotas):
+    """The 2PL's estimates of the mapping and held models, items by Fisher."""
+    a, b, dims, mapping = fitted
     found = []
     for models in (mapping, held):
         chosen = irt.fisher_items(a, b, dims, matrix[models], quotas, total)
@@ -143,7 +149,7 @@ def irt_estimates(matrix, benchmarks, training, held, total, quotas, seed):
                 masked_means(matrix[models], benchmarks, chosen),
             ]
         )
-    return found, mapping
+    return found
 
 
 def mapped(train_features, train_y, test_features):
@@ -216,6 +222,7 @@ def measure(data, scores, seed, embedder, embedder_training, stronger=False):
     }
     truth = scores[held]
     train_y = scores[training]
+    two_pl = None if stronger else fit_irt(matrix, benchmarks, training, seed)
     rows = []
     for mode, n in STRONGER_SETTINGS if stronger else SETTINGS:
         total = budget(benchmarks, n, mode)
@@ -245,10 +252,10 @@ def measure(data, scores, seed, embedder, embedder_training, stronger=False):
                 if mode == "per benchmark"
                 else {}
             )
-            (fit_f, test_f), mapping = irt_estimates(
-                matrix, benchmarks, training, held, total, quotas, seed
+            fit_f, test_f = irt_estimates(
+                matrix, benchmarks, two_pl, held, total, quotas
             )
-            record("IRT 2PL, Fisher", mapped(fit_f, scores[mapping], test_f))
+            record("IRT 2PL, Fisher", mapped(fit_f, scores[two_pl[3]], test_f))
         random_sets = [{ids[k]: float(matrix[h, k]) for k in items} for h in held]
         estimate, lower, upper = locus_table(estimator, random_sets, ids, benchmarks)
         record("LOCUS read-out, random", estimate, (lower, upper))
@@ -269,12 +276,47 @@ def measure(data, scores, seed, embedder, embedder_training, stronger=False):
     return rows
 
 
+def example(data, scores, seed, embedder, embedder_training, total=125):
+    """One held-out model's five scores from ``total`` chosen items, with the truth.
+
+    The user guide's example: the first of the seed's measured models, its
+    items chosen by ``collect_evaluations`` in batches of 25.
+    """
+    held, training = split_models(data, scores, seed)
+    rng = np.random.default_rng((seed, 36))
+    model = np.sort(rng.choice(held, min(MAP_MODELS, len(held)), replace=False))[0]
+    references = np.intersect1d(embedder_training, training)
+    frame = pd.DataFrame(scores[references], columns=list(BENCHMARKS))
+    estimator = ScoreEstimator(
+        embedder, max_reference_models=MAX_REFERENCES, random_state=seed
+    ).fit(data.sets(references), frame)
+    row = data.train_matrix[model]
+    position = {q: k for k, q in enumerate(data.train_ids)}
+    results = estimator.collect_evaluations(
+        lambda queries: [float(row[position[q]]) for q in queries],
+        data.train_ids,
+        total,
+        batch_size=25,
+        query_groups=data.train_benchmarks,
+    )
+    table = estimator.estimate_scores(
+        [results], data.train_ids, data.train_benchmarks, [data.names[model]]
+    )
+    table["leaderboard"] = scores[model, [BENCHMARKS.index(g) for g in table.group]]
+    return table.drop(columns=["model", "n_queries"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, nargs="?", help="the Open LLM data folder")
     parser.add_argument("--report", type=Path, nargs="+", metavar="FILE")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--stronger", action="store_true")
+    parser.add_argument(
+        "--example",
+        action="store_true",
+        help="print one held-out model's estimated scores next to the leaderboard",
+    )
     parser.add_argument("--cache", type=Path, help="a folder keeping the embedders")
     parser.add_argument("--out", type=Path)
     arguments = parser.parse_args()
@@ -296,6 +338,10 @@ def main():
     }
     for seed in arguments.seeds:
         embedder, training = embedder_of(data, seed, arguments)
+        if arguments.example:
+            table = example(data, scores, seed, embedder, training)
+            print(table.to_string(index=False, float_format="%.2f"))
+            continue
         for row in measure(data, scores, seed, embedder, training, arguments.stronger):
             row.update(stamp)
             cells = " ".join(f"{value:5.2f}" for value in row["rmse"])

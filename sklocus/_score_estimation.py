@@ -110,6 +110,20 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
         Share of the held-out calibration estimates whose interval held the truth.
     n_calibration_estimates_ : int
         How many estimates that share is over.
+    score_groups_ : list or None
+        The columns of the ``scores`` given to ``fit``: the groups estimated on
+        their full scores' scale. None without scores (and so are the four
+        attributes below).
+    readout_queries_ : list or None
+        The queries whose outcomes the full scores are read from (the most
+        evaluated among the scored references, at most 2048).
+    score_noise_ : float or None
+        The read-out's ridge penalty chosen on the calibration models.
+    score_interval_scales_ : ndarray of shape (n_score_groups,) or None
+        Half-width of a full score's interval in its standard deviations.
+    score_coverage_ : float or None
+        Share of the held-out calibration models' full scores (every group)
+        that their intervals held.
 
     See Also
     --------
@@ -129,8 +143,9 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
     >>> first = estimator.suggest_queries({}, data.query_ids, 10)
     >>> results = {query: new_model[query] for query in first}
     >>> table = estimator.estimate_scores([results], data.query_ids, data.benchmarks)
-    >>> table.columns.tolist()
-    ['model', 'group', 'n_queries', 'n_evaluated', 'estimate', 'std', 'lower', 'upper']
+    >>> table.columns.tolist()  # doctest: +NORMALIZE_WHITESPACE
+    ['model', 'group', 'n_queries', 'n_evaluated', 'estimate', 'std', 'lower',
+     'upper', 'target']
     >>> len(table)  # one row per benchmark
     5
     """
