@@ -115,30 +115,39 @@ def greedy_queries(covariance, n_queries, seen, candidates, n_choices, noise):
     shrinks each target's variance by ``Cov(q, t)^2 / (Var(q) + noise)``, every
     target in units of its variance before any pick, and conditions the
     covariance on itself, so that a batch does not ask twice what one query
-    tells.
+    tells. The conditioning is kept as one vector per query (the covariance
+    less ``basis.T @ basis``), so a pick costs ``len(covariance)`` times the
+    picks so far, not a pass over the whole matrix.
 
     Returns positions in ``candidates``, in the order chosen.
     """
-    sigma = np.array(covariance, dtype=np.float64)
-    for query in seen:
-        column = sigma[:, query].copy()
-        sigma -= np.outer(column, column) / (column[query] + noise)
-    targets = slice(n_queries, len(sigma))
-    scale = np.maximum(np.diag(covariance)[targets], 1e-12)
+    sigma = np.asarray(covariance, dtype=np.float64)
+    targets = np.arange(n_queries, len(sigma))
+    scale = np.maximum(np.diag(sigma)[targets], 1e-12)
     candidates = np.asarray(candidates, dtype=np.int64)
+    seen = np.asarray(seen, dtype=np.int64)
+    basis = np.zeros((len(seen) + n_choices, len(sigma)))
+    cross = sigma[np.ix_(candidates, targets)]
+    variance = sigma[candidates, candidates]
     open_ = np.ones(len(candidates), dtype=bool)
     picks = []
-    for _ in range(n_choices):
-        cross = sigma[np.ix_(candidates, np.arange(n_queries, len(sigma)))]
-        variance = sigma[candidates, candidates]
-        gain = (cross**2 / scale).sum(axis=1) / (variance + noise)
+
+    def condition_on(query, k):
+        column = sigma[:, query] - basis[:k].T @ basis[:k, query]
+        basis[k] = column / np.sqrt(max(column[query], 0.0) + noise)
+        u = basis[k]
+        cross[:] -= np.outer(u[candidates], u[targets])
+        variance[:] -= u[candidates] ** 2
+
+    for k, query in enumerate(seen):
+        condition_on(query, k)
+    for k in range(len(seen), len(seen) + n_choices):
+        gain = (cross**2 / scale).sum(axis=1) / (np.maximum(variance, 0.0) + noise)
         gain[~open_] = -np.inf
         best = int(np.argmax(gain))
         picks.append(best)
         open_[best] = False
-        query = candidates[best]
-        column = sigma[:, query].copy()
-        sigma -= np.outer(column, column) / (column[query] + noise)
+        condition_on(candidates[best], k)
     return np.asarray(picks, dtype=np.int64)
 
 
