@@ -124,6 +124,40 @@ for name, found in errors.items():
 print(f"90% intervals that hold the true score: {np.mean(inside):.2f}")
 
 # %%
+# On a leaderboard's scale
+# ------------------------
+#
+# A leaderboard scores a model on the whole benchmark, of which these queries
+# are a sample, and often on another scale. Here each model's leaderboard score
+# is its expected accuracy on its benchmark's queries in percent, read from its
+# true P(correct). Given the reference models' scores, ``fit`` learns to read
+# them from any few results, and ``estimate_scores`` answers on that scale
+# (``target`` "full score"); the anchors are the same 40 queries for every new
+# model.
+board = pd.DataFrame(
+    {
+        b: 100 * data.probabilities[:, benchmarks == b].mean(axis=1)
+        for b in sorted(set(benchmarks))
+    }
+)
+on_scale = ScoreEstimator(embedder, random_state=0).fit(references, board[:160])
+print(f"full-score interval coverage: {on_scale.score_coverage_:.2f}")
+anchors = on_scale.suggest_queries(
+    {}, data.query_ids, 40, query_groups=benchmarks, strategy="anchors"
+)
+sets = [{q: model[q] for q in anchors} for model in new_models]
+found = on_scale.estimate_scores(sets, data.query_ids, benchmarks)
+truth = board[160:].reset_index(drop=True)
+found["leaderboard"] = [truth.loc[r.model, r.group] for r in found.itertuples()]
+print(found[["group", "estimate", "lower", "upper", "leaderboard"]].head().round(1))
+error = np.sqrt(np.mean((found["estimate"] - found["leaderboard"]) ** 2))
+held = (found["lower"] <= found["leaderboard"]) & (
+    found["leaderboard"] <= found["upper"]
+)
+print(f"RMSE per benchmark on the leaderboard's scale: {error:.1f} points")
+print(f"90% intervals that hold the leaderboard score: {held.mean():.2f}")
+
+# %%
 # Onboard the model into a router
 # -------------------------------
 #

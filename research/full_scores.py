@@ -273,7 +273,8 @@ def measure(data, scores, seed, embedder, embedder_training, stronger=False):
                 (lower, upper),
                 seconds_per_model=round(seconds, 3),
             )
-    return rows
+        yield from rows  # a setting at a time, so that a long run shows progress
+        rows.clear()
 
 
 def example(data, scores, seed, embedder, embedder_training, total=125):

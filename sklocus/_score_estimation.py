@@ -112,13 +112,16 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
         How many estimates that share is over.
     score_groups_ : list or None
         The columns of the ``scores`` given to ``fit``: the groups estimated on
-        their full scores' scale. None without scores (and so are the four
+        their full scores' scale. None without scores (and so are the five
         attributes below).
     readout_queries_ : list or None
         The queries whose outcomes the full scores are read from (the most
         evaluated among the scored references, at most 2048).
     score_noise_ : float or None
         The read-out's ridge penalty chosen on the calibration models.
+    score_variance_floors_ : ndarray of shape (n_score_groups,) or None
+        Added to each full score's variance: what the read-out's errors exceed
+        its own variance by, on calibration models shown the most results.
     score_interval_scales_ : ndarray of shape (n_score_groups,) or None
         Half-width of a full score's interval in its standard deviations.
     score_coverage_ : float or None
@@ -476,7 +479,7 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
                 at = np.array([read[label] for label in labels if label in read])
                 put = np.array([label in read for label in labels])
                 estimate[put] = full_mean[at]
-                std[put] = np.sqrt(full_variance[at])
+                std[put] = np.sqrt(full_variance[at] + self.score_variance_floors_[at])
                 half = self.score_interval_scales_[at] * std[put]
                 lower[put], upper[put] = estimate[put] - half, estimate[put] + half
                 target[put] = "full score"

@@ -172,7 +172,7 @@ NOISES = (0.005, 0.01, 0.02, 0.05, 0.1)
 LOCALITY = 0.5
 LOCAL_TEMPERATURE = 0.1
 # Evaluations shown per calibration model, and at most this many models.
-SHOWN = (16, 64, 256)
+SHOWN = (16, 64, 256, 512)
 CALIBRATION_MODELS = 256
 # At most this many read-out queries (the most evaluated among the references).
 READOUT_QUERIES = 2048
@@ -183,16 +183,17 @@ class FullScoreMixin:
 
     Fitted state (``score_groups_`` is None when ``fit`` got no scores):
     ``score_groups_``, ``readout_queries_``, ``score_noise_``,
-    ``score_interval_scales_``, ``score_coverage_``; private: ``_readout`` (each
-    scored reference's outcomes on the read-out queries, then its scores),
-    ``_readout_rows`` (their rows among the references).
+    ``score_variance_floors_``, ``score_interval_scales_``, ``score_coverage_``;
+    private: ``_readout`` (each scored reference's outcomes on the read-out
+    queries, then its scores), ``_readout_rows`` (their rows among the
+    references).
     """
 
     def _fit_full_scores(self, ragged, scores, rng):
         """Fit the read-out of ``scores`` (or record that there is none)."""
         self.score_groups_ = self.readout_queries_ = None
         self.score_noise_ = self.score_interval_scales_ = None
-        self.score_coverage_ = None
+        self.score_variance_floors_ = self.score_coverage_ = None
         self._readout = self._readout_rows = None
         if scores is None:
             return
@@ -266,56 +267,68 @@ class FullScoreMixin:
         return found if noises else found[0]
 
     def _calibrate_full_scores(self, rng):
-        """Choose ``score_noise_``; scale the intervals on held-out references."""
+        """Choose ``score_noise_``; scale the intervals on held-out references.
+
+        Each calibration model is shown, at each size of ``SHOWN`` it allows, a
+        random draw of its own results on the read-out queries and the first of
+        the anchors it was evaluated on, since chosen queries leave less
+        variance in the read-out's eyes than random ones, and the intervals
+        must hold for both.
+        """
         truth = self._readout[:, len(self.readout_queries_) :]
-        # Only a reference's own evaluations are shown, never LOCUS's stand-ins.
         references = self._references
-        readout = set(self.readout_queries_)
-        draws = []
+        order = self._anchor_order(max(SHOWN))
+        draws = []  # (row, size, evaluations shown)
         for row in rng.permutation(len(self._readout_rows))[:CALIBRATION_MODELS]:
             model = int(self._readout_rows[row])
-            own = [
-                (references.queries[code], float(score))
-                for code, score in zip(
-                    references.set_codes(model), references.set_scores(model)
+            # Only a reference's own results are shown, never LOCUS's stand-ins.
+            own = dict(
+                zip(
+                    (references.queries[c] for c in references.set_codes(model)),
+                    references.set_scores(model).astype(np.float64),
                 )
-                if references.queries[code] in readout
-            ]
+            )
+            own = {q: own[q] for q in self.readout_queries_ if q in own}
+            queries = list(own)
+            anchors = [q for q in order if q in own]
             for n in SHOWN:
                 if n > len(own):
                     break
-                picked = rng.choice(len(own), n, replace=False)
-                draws.append((row, dict(own[i] for i in picked)))
+                picked = rng.choice(len(queries), n, replace=False)
+                draws.append((row, n, {queries[i]: own[queries[i]] for i in picked}))
+                draws.append((row, n, {q: own[q] for q in anchors[:n]}))
         if len(draws) < 4:
             raise ValueError(
                 f"only {len(draws)} calibration draws: the scored references need "
                 f"{SHOWN[0]} or more evaluations on the read-out queries each"
             )
+        rows = np.array([row for row, _, _ in draws])
+        sizes = np.array([n for _, n, _ in draws])
+        found = [
+            self._full_scores(shown_, NOISES, exclude=row) for row, _, shown_ in draws
+        ]
         spread = np.maximum(truth.std(axis=0), 1e-12)
-        found = {noise: [] for noise in NOISES}
-        for row, shown_ in draws:
-            for noise, moments in zip(
-                NOISES, self._full_scores(shown_, NOISES, exclude=row)
-            ):
-                found[noise].append((row, *moments))
 
-        def loss(noise):
-            errors = [(mean - truth[row]) / spread for row, mean, _ in found[noise]]
+        def loss(k):
+            errors = [(f[k][0] - truth[row]) / spread for row, f in zip(rows, found)]
             return float(np.mean(np.square(errors)))
 
-        self.score_noise_ = min(NOISES, key=loss)
-        chosen = found[self.score_noise_]
-        rows = np.array([row for row, _, _ in chosen])
-        ratio = np.array(
-            [
-                np.abs(truth[row] - mean) / np.sqrt(np.maximum(variance, 1e-12))
-                for row, mean, variance in chosen
-            ]
-        )
+        best = min(range(len(NOISES)), key=loss)
+        self.score_noise_ = NOISES[best]
+        mean = np.array([f[best][0] for f in found])
+        variance = np.array([f[best][1] for f in found])
+        squared = (truth[rows] - mean) ** 2
         # Split by model, so that no model's draws fall on both sides.
         models = np.unique(rows)
         fitted_models = models[rng.permutation(len(models))[: (len(models) + 1) // 2]]
         in_fit = np.isin(rows, fitted_models)
+        # What the read-out cannot know (its Gaussian is only an approximation)
+        # shows at the largest size, where its own variance is least: the mean
+        # excess of the squared errors there is added to every variance.
+        largest = in_fit & (sizes == sizes[in_fit].max())
+        excess = (squared[largest] - variance[largest]).mean(axis=0)
+        self.score_variance_floors_ = np.maximum(excess, 0.0)
+        ratio = np.sqrt(squared / (variance + self.score_variance_floors_ + 1e-12))
         fitted = np.sort(ratio[in_fit], axis=0)
         rank = min(math.ceil((len(fitted) + 1) * self.confidence), len(fitted))
         self.score_interval_scales_ = fitted[rank - 1].copy()
@@ -325,6 +338,19 @@ class FullScoreMixin:
             if len(held)
             else float("nan")
         )
+
+    def _anchor_order(self, n_queries):
+        """Return the first ``n_queries`` anchors: chosen knowing no result."""
+        n_read = len(self.readout_queries_)
+        n_groups = len(self.score_groups_)
+        weights = np.full(len(self._readout_rows), 1.0 / len(self._readout_rows))
+        columns = np.r_[np.arange(n_read), np.arange(-n_groups, 0)]
+        _, covariance = weighted_moments(self._readout, weights, columns)
+        noise = self.score_noise_ or NOISES[len(NOISES) // 2]
+        picks = greedy_queries(
+            covariance, n_read, [], np.arange(n_read), min(n_queries, n_read), noise
+        )
+        return [self.readout_queries_[i] for i in picks]
 
     def _scored_targets(self, labels, query_groups):
         """Columns of the fitted scores that a suggestion aims at, if any."""
