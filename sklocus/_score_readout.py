@@ -278,7 +278,7 @@ class FullScoreMixin:
         truth = self._readout[:, len(self.readout_queries_) :]
         references = self._references
         order = self._anchor_order(max(SHOWN))
-        draws = []  # (row, size, evaluations shown)
+        draws = []  # (row, size, anchors or not, evaluations shown)
         for row in rng.permutation(len(self._readout_rows))[:CALIBRATION_MODELS]:
             model = int(self._readout_rows[row])
             # Only a reference's own results are shown, never LOCUS's stand-ins.
@@ -295,17 +295,20 @@ class FullScoreMixin:
                 if n > len(own):
                     break
                 picked = rng.choice(len(queries), n, replace=False)
-                draws.append((row, n, {queries[i]: own[queries[i]] for i in picked}))
-                draws.append((row, n, {q: own[q] for q in anchors[:n]}))
+                shown_ = {queries[i]: own[queries[i]] for i in picked}
+                draws.append((row, n, False, shown_))
+                draws.append((row, n, True, {q: own[q] for q in anchors[:n]}))
         if len(draws) < 4:
             raise ValueError(
                 f"only {len(draws)} calibration draws: the scored references need "
                 f"{SHOWN[0]} or more evaluations on the read-out queries each"
             )
-        rows = np.array([row for row, _, _ in draws])
-        sizes = np.array([n for _, n, _ in draws])
+        rows = np.array([draw[0] for draw in draws])
+        sizes = np.array([draw[1] for draw in draws])
+        chosen = np.array([draw[2] for draw in draws])
         found = [
-            self._full_scores(shown_, NOISES, exclude=row) for row, _, shown_ in draws
+            self._full_scores(shown_, NOISES, exclude=row)
+            for row, _, _, shown_ in draws
         ]
         spread = np.maximum(truth.std(axis=0), 1e-12)
 
@@ -329,9 +332,13 @@ class FullScoreMixin:
         excess = (squared[largest] - variance[largest]).mean(axis=0)
         self.score_variance_floors_ = np.maximum(excess, 0.0)
         ratio = np.sqrt(squared / (variance + self.score_variance_floors_ + 1e-12))
-        fitted = np.sort(ratio[in_fit], axis=0)
-        rank = min(math.ceil((len(fitted) + 1) * self.confidence), len(fitted))
-        self.score_interval_scales_ = fitted[rank - 1].copy()
+        # Wide enough for random and chosen queries alike: the larger scale.
+        scales = []
+        for kind in (False, True):
+            fitted = np.sort(ratio[in_fit & (chosen == kind)], axis=0)
+            rank = min(math.ceil((len(fitted) + 1) * self.confidence), len(fitted))
+            scales.append(fitted[rank - 1])
+        self.score_interval_scales_ = np.max(scales, axis=0)
         held = ratio[~in_fit]
         self.score_coverage_ = (
             float(np.mean(held <= self.score_interval_scales_))
