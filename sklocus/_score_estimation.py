@@ -12,6 +12,9 @@ evaluations of some reference models, estimates their scores from the rest with
 every other reference model, and scales the intervals so that they cover the
 truth at ``confidence`` on half of them (split conformal prediction); the other
 half measures the coverage (``coverage_``).
+
+With the references' full scores, the read-out of :mod:`sklocus._score_readout`
+estimates those instead, for the groups they name.
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
     on reference models whose evaluations were hidden, so that its coverage is
     measured, not assumed. :meth:`suggest_queries` says which queries to evaluate
     next to narrow the intervals most.
+
+    Given the reference models' full scores (a leaderboard's, one column per
+    benchmark), ``fit(X, scores)`` also learns to read those scores from any
+    few evaluations (:mod:`sklocus._score_readout`), and the groups named there
+    are estimated, and queries chosen, on that scale.
 
     Read more in the :ref:`User Guide <score_estimation>`.
 
