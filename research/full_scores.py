@@ -37,7 +37,8 @@ ones with every train item observed and every score):
 failing: new models stronger than every reference. The training models are cut
 to those whose leaderboard average is below its 90th percentile among them, and
 the measured models are the seed's held-out models above it (the embedder, fitted
-before the cut, never saw them).
+before the cut, never saw them). Each row also records each benchmark's mean
+error (``bias``): whether the estimates of stronger models fall short.
 
 Usage::
 
@@ -230,6 +231,7 @@ def measure(data, scores, seed, embedder, embedder_training, stronger=False):
 
         def record(method, estimates, bounds=None, row=row, **extra):
             out = {**row, "method": method, "rmse": rmse(estimates, truth).tolist()}
+            out["bias"] = np.mean(estimates - truth, axis=0).tolist()
             if bounds is not None:
                 lower, upper = bounds
                 out["coverage"] = float(np.mean((lower <= truth) & (truth <= upper)))
