@@ -75,6 +75,11 @@ def report(paths):
                 + " | per bench | mean of five | coverage |",
                 "|---" * (len(BENCHMARKS) + 5) + "|",
             ]
+            if case == "stronger":
+                lines[-2] = lines[-2].replace(
+                    "| coverage |", "| coverage | mean error |"
+                )
+                lines[-1] += "---|"
             for method in METHODS:
                 found = [
                     row
@@ -89,6 +94,9 @@ def report(paths):
                 cells.append(_cell(errors[:, len(BENCHMARKS)]))
                 coverage = [row["coverage"] for row in found if "coverage" in row]
                 cells.append(_cell(coverage) if coverage else "")
+                if case == "stronger":
+                    bias = [np.mean(row["bias"]) for row in found if "bias" in row]
+                    cells.append(_cell(bias) if bias else "")
                 lines.append(
                     f"| {method} | {found[0]['items']} | " + " | ".join(cells) + " |"
                 )
