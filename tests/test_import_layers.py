@@ -46,6 +46,7 @@ LAYERS = [
         "calibration",
         "_budget",
         "geometry",
+        "_score_readout",
     ],
     # The estimators of models and the ways to feed them.
     ["_embedder", "_selection", "_streaming", "dask", "datasets", "_score_estimation"],
