@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 import numpy as np
+from sklearn.utils._param_validation import Interval
 
 
 def as_item_list(values, what: str) -> list:
@@ -125,6 +126,14 @@ def check_costs(values, names, *, what="cost", positive=False, missing=False):
     -------
     ndarray of shape (n_models,), float64
     """
+    raw = np.asarray(values, dtype=object).ravel()
+    for i, value in enumerate(raw):
+        if isinstance(value, bool | np.bool_ | str | bytes):
+            name = f"model {shown(names[i])}" if i < len(names) else f"entry {i}"
+            raise TypeError(
+                f"{name} has {what} {value!r}; costs must be numbers, not "
+                f"{type(value).__name__}"
+            )
     try:
         values = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as error:
@@ -150,3 +159,14 @@ def cost_violations(values, *, positive=False, missing=False):
     with np.errstate(invalid="ignore"):
         below = values <= 0 if positive else values < 0
         return known & (~np.isfinite(values) | below)
+
+
+class RealInterval(Interval):
+    """scikit-learn's ``Interval`` of reals that refuses booleans.
+
+    ``True`` is a ``numbers.Real`` to Python, and passes ``Interval(Real, ...)``:
+    ``budget=True`` would mean a budget of 1.
+    """
+
+    def is_satisfied_by(self, val):
+        return not isinstance(val, bool | np.bool_) and super().is_satisfied_by(val)

@@ -183,3 +183,23 @@ def test_exploration_needs_a_locus_embedder(data):
         ValueError, match="exploration='thompson' needs a LocusEmbedder"
     ):
         router.fit(data.query_ids[:20], _table(data, data.query_ids[:20]))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"exploration": "bogus"}, "'exploration' parameter"),
+        ({"exploration_strength": np.inf}, "'exploration_strength' parameter"),
+        ({"exploration_strength": np.nan}, "'exploration_strength' parameter"),
+        ({"exploration_strength": True}, "'exploration_strength' parameter"),
+    ],
+)
+def test_settings_changed_after_fit_are_checked_when_routing(
+    embedder, data, change, message
+):
+    # Hostile input round 2, N9: set_params after fit was never validated.
+    queries = data.query_ids[:120]
+    router = _router(embedder, data, queries, exploration="ucb")
+    router.set_params(**change)
+    with pytest.raises(ValueError, match=message):
+        router.predict(queries[:5])

@@ -145,6 +145,32 @@ def no_work(monkeypatch):
             "evals.csv",
             "EVALS",
         ),
+        # Round 2, N4: state the command keeps (a journal, even one it has yet
+        # to create; the token file) is never an output to save over.
+        (
+            ["serve", "model.sklocus", "evals.csv", "--router-file", "journal.db"]
+            + ["--feedback-journal", "journal.db"],
+            "journal.db",
+            "--feedback-journal",
+        ),
+        (
+            ["serve", "model.sklocus", "evals.csv", "--router-file", "sub/../j.db"]
+            + ["--feedback-journal", "j.db"],
+            "sub/../j.db",
+            "--feedback-journal",
+        ),
+        (
+            ["serve", "model.sklocus", "evals.csv", "--router-file", "tok"]
+            + ["--token-file", "tok"],
+            "tok",
+            "--token-file",
+        ),
+        (
+            ["estimate", "model.sklocus", "evals.csv", "queries.txt", "-o", "b.csv"]
+            + ["--new-model", "m", "--scores", "b.csv"],
+            "b.csv",
+            "--scores",
+        ),
     ],
 )
 def test_an_output_that_is_an_input_is_refused_before_any_work(
@@ -353,3 +379,38 @@ def test_control_characters_in_names_are_refused(
     line = one_line_error(*argv, cwd=folder, capsys=capsys)
     assert message in line, line
     assert not (folder / "e.csv").exists() and not (folder / "r.csv").exists()
+
+
+# -- round 2, N10: what the server keeps is its owner's alone --------------------
+
+
+def test_a_token_file_others_may_read_is_refused(tmp_path, capsys):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    token.chmod(0o644)
+    line = one_line_error(
+        "serve", "absent.sklocus", "--token-file", "token", cwd=tmp_path, capsys=capsys
+    )
+    assert "can be read or written by other users (mode 0644)" in line, line
+    assert "chmod 600" in line
+
+
+@pytest.mark.parametrize("level", ["0", "1"])
+def test_an_interval_at_confidence_0_or_1_is_refused_by_the_parser(
+    tmp_path, level, capsys
+):
+    line = one_line_error(
+        "estimate",
+        "m.sklocus",
+        "e.csv",
+        "q.txt",
+        "-o",
+        "out.csv",
+        "--new-model",
+        "m",
+        "--confidence",
+        level,
+        cwd=tmp_path,
+        capsys=capsys,
+    )
+    assert "is not strictly between 0 and 1" in line, line

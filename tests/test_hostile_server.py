@@ -432,6 +432,7 @@ def test_a_port_in_use_is_a_usage_error(pool, tmp_path):
 
 def test_an_empty_token_file_is_a_usage_error(pool, tmp_path):
     (tmp_path / "token").write_text("\n")
+    (tmp_path / "token").chmod(0o600)
     done = _sklocus("serve", "absent.sklocus", "--token-file", "token", cwd=tmp_path)
     assert done.returncode == 2
     assert "--token-file token: the token is empty" in done.stderr
@@ -445,6 +446,7 @@ def test_the_server_warns_beyond_the_loopback_and_takes_a_token(pool, tmp_path):
     data, router = pool
     sklocus.save(router, tmp_path / "router.sklocus")
     (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "token").chmod(0o600)
     server = Server(
         "router.sklocus",
         "--host",

@@ -427,3 +427,48 @@ def test_the_service_called_directly_checks_scores_as_the_library_does(pool, tmp
         assert refused.value.field == ("outcomes", 1, "score")
     assert service.feedback([good, {**good, "score": True}])["accepted"] == 2
     service.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+def test_the_journal_and_its_write_ahead_files_are_the_owners_alone(tmp_path):
+    # Round 2, N10: the journal holds every query text it is sent.
+    old = os.umask(0o022)  # what most users have: files readable by all
+    try:
+        journal = FeedbackJournal(tmp_path / "journal.db")
+        journal.append([("some private query", "m", 1.0, None)])
+        created = sorted(p.name for p in tmp_path.iterdir())
+        modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+        journal.close()
+    finally:
+        os.umask(old)
+    assert "journal.db-wal" in created, created
+    assert all(mode == 0o600 for mode in modes.values()), modes
+
+
+def test_the_guide_lists_exactly_what_the_token_guards(pool, tmp_path):
+    # Round 2, N11: /feedback needs the token too, and the guide and
+    # create_app's docstring must say so.
+    from pathlib import Path
+
+    _, router = pool
+    app = create_app(
+        RouterService(router, feedback_journal=tmp_path / "j.sqlite"), token="t0k"
+    )
+    client = TestClient(app)
+    guarded = set()
+    for route in app.routes:
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method in ("HEAD", "OPTIONS"):
+                continue
+            path = route.path.replace("{name:path}", "{name}")
+            url = route.path.replace("{name:path}", "m0")
+            if client.request(method, url, json={}).status_code == 401:
+                guarded.add(f"{method} {path}")
+    assert guarded == {"POST /models", "DELETE /models/{name}", "POST /feedback"}
+    guide = Path(__file__).parents[1] / "docs" / "user_guide" / "serving.rst"
+    section = guide.read_text().split("Authentication\n")[1].split("\n\n")[1]
+    section = " ".join(section.split())
+    docstring = " ".join(create_app.__doc__.split())
+    for route in guarded:
+        assert f"``{route}``" in section, route
+        assert f"``{route}``" in docstring, route

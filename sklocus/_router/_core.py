@@ -34,6 +34,7 @@ from sklocus._router._tables import (
     pool_of_table,
     selected,
 )
+from sklocus._validation import RealInterval
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
 
@@ -203,11 +204,11 @@ class LocusRouter(
 
     _parameter_constraints = {
         "embedder": [HasMethods(["fit", "transform"]), None],
-        "cost_weight": [Interval(numbers.Real, 0, None, closed="left")],
-        "min_probability": [Interval(numbers.Real, 0, 1, closed="both"), None],
-        "budget": [Interval(numbers.Real, 0, None, closed="left"), None],
+        "cost_weight": [RealInterval(numbers.Real, 0, None, closed="left")],
+        "min_probability": [RealInterval(numbers.Real, 0, 1, closed="both"), None],
+        "budget": [RealInterval(numbers.Real, 0, None, closed="left"), None],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
-        "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
+        "group_shrinkage": [RealInterval(numbers.Real, 0, None, closed="neither")],
         "query_clusters": [
             StrOptions({"auto"}),
             Interval(numbers.Integral, 2, None, closed="left"),
@@ -216,7 +217,7 @@ class LocusRouter(
         "query_heads": [StrOptions({"auto"}), "boolean"],
         "calibration": [StrOptions({name for name in CALIBRATIONS if name}), None],
         "exploration": [StrOptions({"thompson", "ucb"}), None],
-        "exploration_strength": [Interval(numbers.Real, 0, None, closed="neither")],
+        "exploration_strength": [RealInterval(numbers.Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
     }
 

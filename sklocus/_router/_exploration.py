@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import validate_parameter_constraints
 
 from sklocus._groups import logits
 from sklocus._router._locus import locus_given
@@ -57,8 +58,18 @@ class Exploration:
         self.locus = locus
 
     def move(self, probabilities, vectors):
-        """Move the pool's LOCUS probabilities as ``exploration`` says."""
+        """Move the pool's LOCUS probabilities as ``exploration`` says.
+
+        The settings are checked here, at use, as ``fit`` checks them: one
+        changed by ``set_params`` after the fit would otherwise route silently.
+        """
         router, inner = self.router, self.locus.inner
+        names = ("exploration", "exploration_strength")
+        validate_parameter_constraints(
+            {name: router._parameter_constraints[name] for name in names},
+            {name: getattr(router, name) for name in names},
+            caller_name=type(router).__name__,
+        )
         predictor = inner.net_.module_.predictor
         with torch.no_grad():
             projected = predictor.project_query(

@@ -53,6 +53,7 @@ def score_table(Y, queries, classes=None):
         Y = _align_rows(Y, queries)
         names = np.empty(len(Y.columns), dtype=object)
         names[:] = check_model_names(list(Y.columns), "Y's columns")
+        _refuse_text_scores(Y, names, queries)
         try:
             scores = Y.to_numpy(dtype=np.float64, na_value=np.nan)
         except (TypeError, ValueError) as error:
@@ -235,3 +236,21 @@ def groups_of(query_groups, queries, method):
             "a mapping from each query to its group"
         )
     return check_query_groups([query_groups.get(q) for q in queries], len(queries))
+
+
+def _refuse_text_scores(Y, names, queries):
+    """Refuse a score given as text ("1" is not 1), naming where it is.
+
+    pandas would turn such a column into numbers; ``check_evaluation_sets``
+    refuses text, and so does every table of scores.
+    """
+    for column, name in zip(range(Y.shape[1]), names):
+        values = Y.iloc[:, column]
+        if values.dtype != object:
+            continue
+        for query, value in zip(queries, values):
+            if isinstance(value, str | bytes):
+                raise TypeError(
+                    f"Y's score of model {shown(name)} on query {shown(query)} is "
+                    f"{value!r}, text; scores must be numbers in [0, 1] or NaN"
+                )

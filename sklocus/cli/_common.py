@@ -91,6 +91,17 @@ def probability(text):
     return value
 
 
+def open_probability(text):
+    """Argparse type: a number strictly between 0 and 1 (a confidence level)."""
+    value = probability(text)
+    if value in (0, 1):
+        raise argparse.ArgumentTypeError(
+            f"{text} is not strictly between 0 and 1; an interval at confidence 0 "
+            "holds nothing, at 1 everything"
+        )
+    return value
+
+
 def add_table_options(parser):
     """Options that say how to read a long table of evaluations."""
     group = parser.add_argument_group(

@@ -19,6 +19,7 @@ from sklocus.cli._common import (
     add_vector_options,
     integer_in,
     non_negative_number,
+    open_probability,
     positive_number,
     probability,
 )
@@ -350,7 +351,7 @@ def _add_evaluation_commands(commands):
     )
     choice.add_argument(
         "--confidence",
-        type=probability,
+        type=open_probability,
         default=0.9,
         metavar="P",
         help="the intervals' nominal coverage, in (0, 1) (default: 0.9)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from pathlib import Path
 
 from sklocus._router import LocusRouter
@@ -129,12 +130,20 @@ def _token(arguments):
     if arguments.token_file is None:
         token, source = os.environ.get(TOKEN_VARIABLE), TOKEN_VARIABLE
     else:
+        path = Path(arguments.token_file)
         try:
-            token = Path(arguments.token_file).read_text(encoding="utf-8")
+            token = path.read_text(encoding="utf-8")
+            mode = path.stat().st_mode
         except (OSError, UnicodeDecodeError) as error:
             raise UserError(
                 f"argument --token-file: cannot read it ({error})"
             ) from None
+        if os.name == "posix" and mode & 0o077:
+            raise UserError(
+                f"argument --token-file: {path} can be read or written by other "
+                f"users (mode {stat.S_IMODE(mode):04o}); make it its owner's alone: "
+                f"chmod 600 {path}"
+            )
         source = f"--token-file {arguments.token_file}"
     if token is None:
         return None

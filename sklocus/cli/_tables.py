@@ -45,6 +45,10 @@ INPUTS = {
     "query_ids": "--query-ids",
     "test_queries": "--test-queries",
     "outcomes": "OUTCOMES",
+    "scores": "--scores",
+    # State a command reads and keeps writing: never an output's to overwrite.
+    "feedback_journal": "--feedback-journal",
+    "token_file": "--token-file",
 }
 OUTPUTS = {"output": "-o/--output", "router_file": "--router-file"}
 
@@ -179,19 +183,25 @@ def check_outputs(arguments):
         if output is None:
             continue
         check_output(output, option)
-        if not Path(output).exists():
-            continue
         for argument, role in INPUTS.items():
             given = getattr(arguments, argument, None)
-            if (
-                given is not None
-                and Path(given).exists()
-                and os.path.samefile(given, output)
-            ):
+            if given is not None and _same_file(given, output):
                 raise UserError(
                     f"argument {option}: {output} is the same file as {role} "
                     f"{given}; expected an output that is not one of the inputs"
                 )
+
+
+def _same_file(a, b):
+    """Say whether two paths name one file.
+
+    The same file if both exist (links and detours resolved), else the same
+    resolved path (a file one of them would create).
+    """
+    a, b = Path(a), Path(b)
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
 
 
 def read_table(path, *, text_columns=()):

@@ -437,9 +437,10 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     max_body_bytes : int, default=8 MiB
         Largest request body; a larger one is answered 413 unread.
     token : str, default=None
-        When given, the routes that change the pool (``POST /models``,
-        ``DELETE /models/{name}``, and so the write-back) answer 401 unless the
-        request carries ``Authorization: Bearer TOKEN``. Reading routes are open.
+        When given, the routes that change the pool or what it learns
+        (``POST /models``, ``DELETE /models/{name}``, ``POST /feedback``, and so
+        the write-back) answer 401 unless the request carries
+        ``Authorization: Bearer TOKEN``. Reading routes are open.
 
     Returns
     -------

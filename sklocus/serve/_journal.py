@@ -20,6 +20,7 @@ another file (its hash differs from the one recorded) is refused at start.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -42,6 +43,22 @@ CREATE TABLE IF NOT EXISTS marks (
 
 class JournalError(RuntimeError):
     """A journal that cannot serve the model file it was opened for."""
+
+
+def _create_private(path):
+    """Create ``path`` empty, readable and writable by its owner alone, if missing.
+
+    The journal holds every query text it is sent; SQLite gives the ``-wal``
+    and ``-shm`` files it makes beside it the database file's permissions.
+    """
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise JournalError(
+            f"{path}: cannot create the feedback journal ({error})"
+        ) from None
 
 
 def file_digest(path):
@@ -69,6 +86,7 @@ class FeedbackJournal:
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a folder, not a feedback journal")
         self._lock = threading.Lock()
+        _create_private(self.path)
         try:
             self._db = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None
