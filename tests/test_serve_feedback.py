@@ -472,3 +472,34 @@ def test_the_guide_lists_exactly_what_the_token_guards(pool, tmp_path):
     for route in guarded:
         assert f"``{route}``" in section, route
         assert f"``{route}``" in docstring, route
+
+
+def test_a_new_model_never_learns_the_outcomes_of_a_removed_namesake(
+    pool, router_file, tmp_path
+):
+    # Hostile input round 2, N7: outcomes journalled for a model and not yet
+    # folded went to a new model onboarded under its name.
+    data, router = pool
+    journal = tmp_path / "feedback.sqlite"
+    service = RouterService(router, path=router_file, feedback_journal=journal)
+    name = data.model_names[5]
+    stale = [{"query": q, "model": name, "score": 1.0} for q in data.query_ids[:30]]
+    other = [{"query": data.query_ids[0], "model": data.model_names[0], "score": 0.0}]
+    service.feedback(stale + other)
+    service.remove_model(name)
+    fresh = {q: 0.0 for q in data.query_ids[100:110]}
+    service.add_model(name, fresh)
+    assert service.fold_all() == len(stale) + 1
+
+    def outcomes_of(router):
+        return router.evaluations().groupby("model")["n_outcomes"].sum()
+
+    assert outcomes_of(service.router)[name] == len(fresh)
+    first = data.model_names[0]
+    assert outcomes_of(service.router)[first] == outcomes_of(router)[first] + 1
+    service.close()
+    # A restart does not hand them over either: the removal is in the journal.
+    again = RouterService(service.router, path=router_file, feedback_journal=journal)
+    again.fold_all()
+    assert outcomes_of(again.router)[name] == len(fresh)
+    again.close()

@@ -254,13 +254,17 @@ class LearningFromOutcomes:
             if not rows:
                 return 0
             through = rows[-1][0]
+            # Outcomes of a model since removed stay its own, whoever is later
+            # onboarded under its name.
+            removed = self._journal.removals()
+            own = [row for row in rows if row[0] > removed.get(row[2], 0)]
 
             def learn(router):
                 # Read by name in the copy: a model removed since the journal
                 # was read is passed over, and the others are found where the
                 # copy has them.
                 index = {name: j for j, name in enumerate(router.classes_.tolist())}
-                kept = [row for row in rows if row[2] in index]
+                kept = [row for row in own if row[2] in index]
                 group_of = None
                 if router.group_offsets_ is not None:
                     group_of = {row[1]: row[4] for row in kept if row[4] is not None}

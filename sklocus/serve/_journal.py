@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS marks (
     through INTEGER NOT NULL,
     sha256 TEXT
 );
+CREATE TABLE IF NOT EXISTS removals (
+    model TEXT PRIMARY KEY,
+    through INTEGER NOT NULL
+);
 """
 
 
@@ -154,6 +158,24 @@ class FeedbackJournal:
                 "WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit),
             ).fetchall()
+
+    def record_removal(self, model):
+        """Note that ``model`` stopped being served now.
+
+        The outcomes journalled for it so far are its own: a model onboarded
+        later under the same name never learns them.
+        """
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO removals (model, through) VALUES "
+                "(?, (SELECT coalesce(max(id), 0) FROM outcomes))",
+                (model,),
+            )
+
+    def removals(self):
+        """Return ``{model: id}``: the last outcome of each removed name's model."""
+        with self._lock:
+            return dict(self._db.execute("SELECT model, through FROM removals"))
 
     def _mark(self, name):
         row = self._db.execute(

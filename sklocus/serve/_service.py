@@ -719,4 +719,6 @@ class RouterService(LearningFromOutcomes):
             changed = copy.copy(router)
             changed.remove_models([name])
             self._publish(changed)
+            if self._journal is not None:
+                self._journal.record_removal(name)
             return {"model": name, "n_models": int(len(changed.classes_))}
