@@ -503,3 +503,25 @@ def test_a_new_model_never_learns_the_outcomes_of_a_removed_namesake(
     again.fold_all()
     assert outcomes_of(again.router)[name] == len(fresh)
     again.close()
+
+
+def test_a_journal_that_cannot_be_written_is_answered_503_with_the_reason(
+    pool, tmp_path, monkeypatch
+):
+    # Hostile input round 2, N5: a full disk gave a bare 500, and the next
+    # request on the connection was reset.
+    data, router = pool
+    service = RouterService(router, feedback_journal=tmp_path / "j.sqlite")
+    client = TestClient(create_app(service))
+
+    def full(rows):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(service._journal, "append", full)
+    answer = client.post("/feedback", json={"outcomes": _outcomes(data, 3)})
+    assert answer.status_code == 503, answer.text
+    assert "database or disk is full" in answer.text
+    assert "nothing of this request was kept" in answer.text
+    assert client.get("/health").status_code == 200  # the same connection goes on
+    assert service.pending_outcomes() == 0
+    service.close()

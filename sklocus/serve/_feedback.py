@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import threading
 
 import numpy as np
@@ -203,7 +204,15 @@ class LearningFromOutcomes:
                         f"{shorten(query)} is not a query the router's precomputed "
                         "encoder knows",
                     )
-        through = self._journal.append(rows)
+        try:
+            through = self._journal.append(rows)
+        except sqlite3.Error as error:  # disk full, file size limit, I/O error
+            raise RequestError(
+                ("outcomes",),
+                f"the feedback journal cannot be written ({error}); nothing of this "
+                "request was kept, send it again later",
+                status=503,
+            ) from None
         self._folder.arrived()
         return {
             "accepted": len(rows),
