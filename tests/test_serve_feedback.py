@@ -525,3 +525,21 @@ def test_a_journal_that_cannot_be_written_is_answered_503_with_the_reason(
     assert client.get("/health").status_code == 200  # the same connection goes on
     assert service.pending_outcomes() == 0
     service.close()
+
+
+def test_health_never_waits_on_the_journal(pool, tmp_path):
+    # Hostile input round 2, N6: GET /health is answered on the event loop; it
+    # waited on the journal's lock while a write sat in SQLite's busy wait.
+    data, router = pool
+    service = RouterService(router, feedback_journal=tmp_path / "j.sqlite")
+    service.feedback(_outcomes(data, 4))
+    answered = []
+    with service._journal._lock:  # a write holds the journal
+        worker = threading.Thread(target=lambda: answered.append(service.health()))
+        worker.start()
+        worker.join(timeout=10)
+        finished = not worker.is_alive()
+    worker.join()
+    assert finished, "health waited on the journal's lock"
+    assert answered[0]["pending_outcomes"] == 4
+    service.close()

@@ -145,9 +145,13 @@ class LearningFromOutcomes:
         self._journal = None
         self._learnt = None  # (folded, {model: outcomes}), see outcomes_learnt
         self._folded = 0  # the id through which the router holds the journal's
+        # The journal's last id, kept here so that /health never waits on the
+        # journal's lock (held by a write through SQLite's busy wait).
+        self._journalled = 0
         self._folder = Folder(self.fold_all, fold_interval)
         if path is not None:
             self._journal = FeedbackJournal(path)
+            self._journalled = self._journal.last_id()
             if self.path is not None and self.path.is_file():
                 self._folded = self._journal.settle(self.path)
             # Learn what the journal holds and the router does not yet.
@@ -213,6 +217,7 @@ class LearningFromOutcomes:
                 "request was kept, send it again later",
                 status=503,
             ) from None
+        self._journalled = max(self._journalled, through)
         self._folder.arrived()
         return {
             "accepted": len(rows),
@@ -239,7 +244,7 @@ class LearningFromOutcomes:
         """How many journalled outcomes the served router does not hold yet."""
         if self._journal is None:
             return 0
-        return self._journal.last_id() - self._folded
+        return self._journalled - self._folded
 
     def fold(self, max_outcomes=100_000):
         """Learn the journalled outcomes the router does not hold yet.
