@@ -196,10 +196,10 @@ def chosen_sets(estimator, matrix, ids, benchmarks, total, strategy):
 
 def measure(data, scores, seed, embedder, embedder_training, stronger=False):
     held, training = split_models(data, scores, seed)
-    rng = np.random.default_rng((seed, 36))
-    held = np.sort(rng.choice(held, min(MAP_MODELS, len(held)), replace=False))
-    if stronger:
-        held, training = split_models(data, scores, seed)
+    if not stronger:
+        rng = np.random.default_rng((seed, 36))
+        held = np.sort(rng.choice(held, min(MAP_MODELS, len(held)), replace=False))
+    else:
         average = scores.mean(axis=1)
         line = np.quantile(average[training], 0.9)
         training = training[average[training] < line]

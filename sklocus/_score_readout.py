@@ -186,7 +186,7 @@ class FullScoreMixin:
     ``score_variance_floors_``, ``score_interval_scales_``, ``score_coverage_``;
     private: ``_readout`` (each scored reference's outcomes on the read-out
     queries, then its scores), ``_readout_rows`` (their rows among the
-    references).
+    references), ``_readout_codes`` (each read-out query's position).
     """
 
     def _fit_full_scores(self, ragged, scores, rng):
@@ -194,7 +194,7 @@ class FullScoreMixin:
         self.score_groups_ = self.readout_queries_ = None
         self.score_noise_ = self.score_interval_scales_ = None
         self.score_variance_floors_ = self.score_coverage_ = None
-        self._readout = self._readout_rows = None
+        self._readout = self._readout_rows = self._readout_codes = None
         if scores is None:
             return
         labels, values = check_reference_scores(scores, ragged.n_sets)
@@ -218,6 +218,7 @@ class FullScoreMixin:
         outcomes = self._reference_outcomes(queries)[rows]
         self.score_groups_ = labels
         self.readout_queries_ = queries
+        self._readout_codes = {query: i for i, query in enumerate(queries)}
         self._readout = np.concatenate(
             [outcomes.astype(np.float64), values[rows]], axis=1
         )
@@ -226,7 +227,7 @@ class FullScoreMixin:
 
     def _readout_positions(self, evaluations):
         """Return the read-out positions of a model's evaluations, and its scores."""
-        code = {query: i for i, query in enumerate(self.readout_queries_)}
+        code = self._readout_codes
         found = [(code[q], s) for q, s in evaluations.items() if q in code]
         positions = np.array([i for i, _ in found], dtype=np.int64)
         return positions, np.array([s for _, s in found], dtype=np.float64)
@@ -376,7 +377,7 @@ class FullScoreMixin:
         model that was evaluated on the same queries).
         """
         seen, _ = self._readout_positions(evaluations)
-        code = {query: i for i, query in enumerate(self.readout_queries_)}
+        code = self._readout_codes
         inside = np.array([i for i, q in enumerate(pool) if q in code], np.int64)
         if n_queries > len(inside):
             raise ValueError(
