@@ -31,7 +31,7 @@ pytest.importorskip("httpx")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from sklocus.serve import RouterService, create_app  # noqa: E402
+from sklocus.serve import RouterService, ServerLimits, create_app  # noqa: E402
 
 # Most tests start the HTTP server in a process of its own.
 pytestmark = pytest.mark.slow
@@ -152,7 +152,8 @@ def test_random_malformed_requests_all_get_a_short_4xx(pool):
     data, router = pool
     service = RouterService(router, max_batch=20, max_evaluations=30)
     client = TestClient(
-        create_app(service, max_body_bytes=100_000), raise_server_exceptions=False
+        create_app(service, limits=ServerLimits(max_open_body_bytes=100_000)),
+        raise_server_exceptions=False,
     )
     malformed = Malformed(
         data.query_ids, data.model_names, max_batch=20, max_evaluations=30, seed=7
@@ -195,7 +196,7 @@ def test_an_onboarding_gives_at_most_max_evaluations(pool):
     response = client.post("/models", json=body)
     assert response.status_code == 422
     assert _faults(response) == [
-        (("body", "evaluations"), "120 evaluations; at most 30 per onboarding")
+        (("body", "evaluations"), "120 evaluations in one request; at most 30")
     ]
     with pytest.raises(ValueError, match="max_evaluations=0 must be a positive"):
         RouterService(pool[1], max_evaluations=0)

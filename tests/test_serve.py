@@ -39,7 +39,12 @@ _require("httpx")
 import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from sklocus.serve import RequestError, RouterService, create_app  # noqa: E402
+from sklocus.serve import (  # noqa: E402
+    RequestError,
+    RouterService,
+    ServerLimits,
+    create_app,
+)
 
 # Most tests start the HTTP server in a process of its own.
 pytestmark = pytest.mark.slow
@@ -282,7 +287,7 @@ def test_onboarding_and_removal_change_only_the_pool(pool):
             {"name": "x", "evaluations": {}, "cost": 1},
             422,
             ("body", "evaluations"),
-            "no evaluations",
+            "evaluations is empty",
         ),
     ],
 )
@@ -306,12 +311,20 @@ def test_removal_of_unknown_or_last_models(pool):
     assert last.status_code == 409 and "the last model" in _errors(last)[0][1]
 
 
-def test_bodies_over_the_limit_are_refused_unread(pool):
-    client = TestClient(create_app(RouterService(pool[2]), max_body_bytes=1000))
+def test_bodies_over_the_route_s_limit_are_refused_unread(pool):
+    data, newcomers, router = pool
+    limits = ServerLimits(max_body_bytes=100_000, max_open_body_bytes=500)
+    client = TestClient(create_app(RouterService(router), limits=limits))
     big = {"queries": ["q00001"] * 200}
     response = client.post("/route", json=big)
     assert response.status_code == 413
-    assert _errors(response) == [(("body",), "the request body is over 1,000 bytes")]
+    assert _errors(response) == [(("body",), "the request body is over 500 bytes")]
+    assert response.headers["connection"] == "close"  # the body was not read
+    # Onboarding, which needs the token when there is one, may send more.
+    evaluations = newcomers.evaluation_sets[1]
+    onboarding = {"name": "fresh", "evaluations": evaluations, "cost": 2.0}
+    assert len(json.dumps(onboarding)) > 500
+    assert client.post("/models", json=onboarding).status_code == 201
 
     def chunks():  # no Content-Length: the limit counts while reading
         for _ in range(50):

@@ -655,12 +655,50 @@ def _add_serve_command(commands):
         f"{TOKEN_VARIABLE}, if set; no token otherwise). Never give the token "
         "itself on the command line, where other users can read it",
     )
-    server.add_argument(
+    limits = serve.add_argument_group(
+        "limits per client",
+        "what anyone who can reach the server may take; a client is an address "
+        "connections come from (behind a proxy, keep these limits in the proxy)",
+    )
+    limits.add_argument(
         "--max-body-mb",
         type=non_negative_number,
         default=8.0,
         metavar="MB",
-        help="largest request body in MiB (default: 8)",
+        help="largest request body in MiB of onboarding and feedback, which "
+        "need the token when there is one (default: 8)",
+    )
+    limits.add_argument(
+        "--max-open-body-mb",
+        type=non_negative_number,
+        default=1.0,
+        metavar="MB",
+        help="largest request body in MiB of routing and prediction, which "
+        "need no token (default: 1)",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=integer_in(1),
+        default=1000,
+        metavar="N",
+        help="connections open at once; a new one closes the one waiting longest "
+        "for a request (default: 1000)",
+    )
+    limits.add_argument(
+        "--max-client-connections",
+        type=integer_in(1),
+        default=64,
+        metavar="N",
+        help="connections open at once from one address (default: 64)",
+    )
+    limits.add_argument(
+        "--rate-limit",
+        type=non_negative_number,
+        default=1000.0,
+        metavar="N",
+        help="requests a second one address may make on average, a refused "
+        "request counting as 50; over it, its requests wait (default: 1000; "
+        "0: no limit)",
     )
     server.add_argument(
         "--log-level",

@@ -153,6 +153,32 @@ def _token(arguments):
     return token
 
 
+def _limits(arguments):
+    """Return the server's limits from the command line, checked."""
+    from sklocus.serve import ServerLimits, _allow_connections
+
+    try:
+        limits = ServerLimits(
+            max_body_bytes=int(arguments.max_body_mb * 2**20),
+            max_open_body_bytes=int(arguments.max_open_body_mb * 2**20),
+            max_connections=arguments.max_connections,
+            max_client_connections=arguments.max_client_connections,
+            rate=arguments.rate_limit,
+        )
+    except ValueError as error:
+        flag = str(error).split("=", 1)[0].removeprefix("ServerLimits.")
+        flags = {
+            "max_body_bytes": "--max-body-mb",
+            "max_open_body_bytes": "--max-open-body-mb",
+        }
+        raise UserError(f"{flags.get(flag, flag)}: {error}") from None
+    try:
+        _allow_connections(limits.max_connections)
+    except ValueError as error:
+        raise UserError(f"--max-connections: {error}") from None
+    return limits
+
+
 def _is_loopback(host):
     if host == "localhost":
         return True
@@ -171,6 +197,7 @@ def run_serve(arguments):
     except ImportError as error:
         raise UserError(str(error)) from None
     token = _token(arguments)
+    limits = _limits(arguments)
     # Refused before the router is built, which may take minutes.
     if (
         arguments.write_back
@@ -241,7 +268,7 @@ def run_serve(arguments):
         service,
         listener=listener,
         token=token,
-        max_body_bytes=int(arguments.max_body_mb * 2**20),
+        limits=limits,
         log_level=arguments.log_level,
     )
     return 0

@@ -7,18 +7,31 @@ serves that with uvicorn. Those two need the ``serve`` extra
 :class:`RouterService` needs none of it.
 
 Endpoints: ``POST /route``, ``POST /predict``, ``GET /models``,
-``POST /models`` (onboard), ``DELETE /models/{name}``, ``GET /health``, and the
-OpenAPI page at ``/docs``. With a token, the two that change the pool need
-``Authorization: Bearer TOKEN``.
+``POST /models`` (onboard), ``DELETE /models/{name}``, ``POST /feedback``,
+``GET /health``, and the OpenAPI page at ``/docs``. With a token, the three
+that change the pool or what it learns need ``Authorization: Bearer TOKEN``.
+:class:`ServerLimits` holds what each client may take: body sizes, connections,
+deadlines and a rate.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import socket
 
+from sklocus.serve._limits import ServerLimits
 from sklocus.serve._service import RequestError, RouterService
 
-__all__ = ["RequestError", "RouterService", "create_app", "listen", "run"]
+__all__ = [
+    "RequestError",
+    "RouterService",
+    "ServerLimits",
+    "create_app",
+    "listen",
+    "run",
+    "server",
+]
 
 
 def _app_module():
@@ -68,7 +81,7 @@ def listen(host="127.0.0.1", port=8000):
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(address)
-        listener.listen(2048)
+        listener.listen(_BACKLOG)
     except OSError as error:
         listener.close()
         reason = error.strerror or str(error)
@@ -76,12 +89,61 @@ def listen(host="127.0.0.1", port=8000):
     return listener
 
 
+# Connections accepted in one turn of the event loop (and the kernel's queue
+# of them): a flood of new connections holds up other work for one batch.
+_BACKLOG = 64
+# Collections of the middle generation between two full ones (Python's
+# default is 10).
+_FULL_COLLECTION_EVERY = 1000
+
+
+def server(service, *, token=None, limits=None, log_level="info"):
+    """Build the uvicorn server of :func:`run`, without running it.
+
+    For tests and embedding: ``server.run(sockets=[listener])`` serves (from any
+    thread) until ``server.should_exit`` is set.
+
+    Parameters
+    ----------
+    service : RouterService
+    token : str, default=None
+    limits : ServerLimits, default=None
+    log_level : str, default="info"
+
+    Returns
+    -------
+    uvicorn.Server
+    """
+    import uvicorn
+
+    from sklocus.serve._guard import ConnectionGuard
+
+    limits = ServerLimits() if limits is None else limits
+    app = _app_module().create_app(service, token=token, limits=limits)
+    # One worker process: the service's lock and snapshot live in it, so every
+    # change is seen by every later request. Forwarded-for headers are not
+    # trusted: limits per client go by the address connections come from.
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        workers=1,
+        proxy_headers=False,
+        server_header=False,
+        backlog=_BACKLOG,
+    )
+    config.load()
+    config.http_protocol_class = ConnectionGuard(limits).protocol(
+        config.http_protocol_class
+    )
+    return uvicorn.Server(config)
+
+
 def run(
     service,
     *,
     host="127.0.0.1",
     port=8000,
-    max_body_bytes=8 * 2**20,
+    limits=None,
     log_level="info",
     token=None,
     listener=None,
@@ -95,8 +157,9 @@ def run(
     host : str, default="127.0.0.1"
         Address to listen on; ``"0.0.0.0"`` listens on every interface.
     port : int, default=8000
-    max_body_bytes : int, default=8 MiB
-        Largest request body.
+    limits : ServerLimits, default=None
+        Body sizes, connections, deadlines and rates the server grants
+        (``ServerLimits()`` by default).
     log_level : str, default="info"
         uvicorn's log level.
     token : str, default=None
@@ -106,22 +169,76 @@ def run(
         A socket from :func:`listen` to serve on, in place of ``host`` and
         ``port``.
     warning_interval : float, default=60
-        A warning from one place in the code is logged at most once in this
-        many seconds, with a count of those held back: a client cannot flood
-        the log by sending requests that warn.
+        A warning from one place in the code, and a log line of one kind (a
+        refused request from one address, a connection closed, a request
+        uvicorn could not parse), is written at most once in this many seconds,
+        with a count of those held back: a client cannot flood the log.
     """
-    import uvicorn
+    from sklocus.serve._warnings import limited_logs, limited_warnings
 
-    from sklocus.serve._warnings import limited_warnings
-
+    limits = ServerLimits() if limits is None else limits
+    _allow_connections(limits.max_connections)
     if listener is None:
         listener = listen(host, port)
-    app = _app_module().create_app(service, max_body_bytes=max_body_bytes, token=token)
-    # One worker process: the service's lock and snapshot live in it, so every
-    # change is seen by every later request.
-    config = uvicorn.Config(app, log_level=log_level, workers=1)
-    with limited_warnings(warning_interval), listener:
+    served = server(service, token=token, limits=limits, log_level=log_level)
+    with (
+        limited_warnings(warning_interval),
+        limited_logs(warning_interval),
+        _collecting_rarely(),
+        listener,
+    ):
         try:
-            uvicorn.Server(config).run(sockets=[listener])
+            served.run(sockets=[listener])
         except KeyboardInterrupt:  # uvicorn re-raises the signal it handled
             pass
+
+
+@contextlib.contextmanager
+def _collecting_rarely():
+    """Keep Python's garbage collector from pausing the server for long.
+
+    A flood of connections leaves cycles of objects behind, and each full
+    collection walks every object in the process (the router, torch, the
+    sentence encoder): tens of milliseconds in which nothing is served. What
+    exists at start is frozen out of collections, and full ones are made
+    rarer (``benchmarks/serve_hostile.py`` measures the effect).
+    """
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(thresholds[0], thresholds[1], _FULL_COLLECTION_EVERY)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+# Files the process needs besides its connections: the listener, the journal,
+# the model, libraries, a few sockets accepted before they are refused.
+_FILES_BESIDE_CONNECTIONS = 256
+
+
+def _allow_connections(max_connections):
+    """Raise the open-file limit to fit ``max_connections``, or refuse to start.
+
+    Parameters
+    ----------
+    max_connections : int
+    """
+    try:
+        import resource
+    except ImportError:  # not on POSIX: the system decides
+        return
+    needed = max_connections + _FILES_BESIDE_CONNECTIONS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raise ValueError(
+            f"max_connections={max_connections:,} needs {needed:,} open files, but "
+            f"this process may open {soft:,} (ulimit -n); lower max_connections or "
+            "raise the limit"
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
+import json
 from typing import Annotated
 
 import anyio
@@ -28,11 +28,22 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
+from starlette.routing import Match
 
 from sklocus._validation import has_control_character
 from sklocus._versioning import __version__
 from sklocus.serve import _json
+from sklocus.serve._gate import UNAUTHORISED, RequestGate, refusal, token_matches
+from sklocus.serve._limits import ServerLimits
+from sklocus.serve._request import check_count
 from sklocus.serve._service import RequestError, router_thread
 
 # A query is a question, not a document; longer texts are refused rather than
@@ -277,13 +288,6 @@ async def _on_router_thread(function, /, *args, **kwargs):
     return await asyncio.wrap_future(future)
 
 
-def _error(status, loc, message):
-    return JSONResponse(
-        status_code=status,
-        content={"detail": [{"loc": list(loc), "msg": message, "type": "value_error"}]},
-    )
-
-
 class _StrictJSONRequest(Request):
     """A request whose body is parsed as strict JSON, a large one off the loop."""
 
@@ -349,26 +353,29 @@ _BEARER = HTTPBearer(
 
 
 def _token_check(token):
-    """Return a dependency that lets through requests carrying ``token``, if any."""
+    """Return a dependency that lets through requests carrying ``token``, if any.
+
+    :class:`~sklocus.serve._gate.RequestGate` checks the token first, before a
+    body is read; this check, the same one, also documents the route as needing
+    it on the OpenAPI page.
+    """
     expected = None if token is None else token.encode("utf-8")
 
     def authorised(
+        request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
     ):
         if expected is None:
             return
         # Header values arrive decoded as Latin-1: back to the bytes sent.
-        given = (
-            b"" if credentials is None else credentials.credentials.encode("latin-1")
-        )
-        if not hmac.compare_digest(given, expected):
+        sent = request.headers.get("authorization", "").encode("latin-1")
+        if not token_matches(sent, expected):
             raise HTTPException(
                 401,
                 detail=[
                     {
                         "loc": ["header", "Authorization"],
-                        "msg": "this route changes the pool; it needs the header "
-                        "'Authorization: Bearer TOKEN' with the server's token",
+                        "msg": UNAUTHORISED,
                         "type": "unauthorized",
                     }
                 ],
@@ -378,69 +385,84 @@ def _token_check(token):
     return authorised
 
 
-class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with 413, before reading them whole.
+def _validated(model, sent, field, limit):
+    """Parse and validate a body as ``model``, counting ``field`` first.
 
-    Parameters
-    ----------
-    app : ASGI application
-    max_bytes : int
+    Run on a worker thread: a body of thousands of items is refused for its
+    count before any is validated, and validating the rest never holds up the
+    event loop.
     """
-
-    def __init__(self, app, max_bytes):
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > self.max_bytes:
-                return await self._refuse(scope, receive, send)
-        seen, refused = 0, False
-
-        async def counted():
-            # A body of no declared length is counted as it arrives: past the
-            # limit, answer 413 at once and tell the application the client has
-            # gone, so it stops reading (an exception here would become 400).
-            nonlocal seen, refused
-            message = await receive()
-            if message["type"] == "http.request" and not refused:
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    refused = True
-                    await self._refuse(scope, receive, send)
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def unless_refused(message):
-            if not refused:
-                await send(message)
-
-        return await self.app(scope, counted, unless_refused)
-
-    async def _refuse(self, scope, receive, send):
-        response = _error(
-            413, ["body"], f"the request body is over {self.max_bytes:,} bytes"
-        )
-        await response(scope, receive, send)
+    try:
+        payload = _json.loads(sent)
+    except json.JSONDecodeError as error:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ("body", error.pos),
+                    "msg": "JSON decode error",
+                    "ctx": {"error": error.msg},
+                }
+            ]
+        ) from None
+    items = payload.get(field) if isinstance(payload, dict) else None
+    if isinstance(items, list | dict):
+        check_count(field, items, limit)
+    try:
+        return model.model_validate(payload)
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**fault, "loc": ("body", *fault["loc"])} for fault in error.errors()]
+        ) from None
 
 
-def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
+def _body_of(model):
+    """Return the OpenAPI request body of a route that validates ``model`` itself."""
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": schema}},
+        }
+    }
+
+
+def _document_bodies(app, models):
+    """Add ``models`` to the OpenAPI schemas that :func:`_body_of` refers to."""
+    schema_of = app.openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            schemas = schema_of().setdefault("components", {})
+            schemas = schemas.setdefault("schemas", {})
+            for model in models:
+                definition = model.model_json_schema(
+                    ref_template="#/components/schemas/{model}"
+                )
+                schemas.update(definition.pop("$defs", {}))
+                schemas[model.__name__] = definition
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+def create_app(service, *, token=None, limits=None):
     """Build the HTTP application around a router service.
 
     Parameters
     ----------
     service : RouterService
         What the application serves.
-    max_body_bytes : int, default=8 MiB
-        Largest request body; a larger one is answered 413 unread.
     token : str, default=None
         When given, the routes that change the pool or what it learns
         (``POST /models``, ``DELETE /models/{name}``, ``POST /feedback``, and so
         the write-back) answer 401 unless the request carries
-        ``Authorization: Bearer TOKEN``. Reading routes are open.
+        ``Authorization: Bearer TOKEN``, checked before any of the body is
+        read. Reading routes are open.
+    limits : ServerLimits, default=None
+        Body limits per route (``ServerLimits()`` by default): a larger body
+        is answered 413 unread. The limits on connections and rates are kept
+        by :func:`~sklocus.serve.run`, which serves the application.
 
     Returns
     -------
@@ -474,17 +496,29 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     )
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ValueError("token must be a non-empty string, or None for no token")
+    if limits is None:
+        limits = ServerLimits()
+    elif not isinstance(limits, ServerLimits):
+        raise TypeError(
+            f"limits is a {type(limits).__name__}; give a ServerLimits or None"
+        )
     app.router.route_class = _StrictJSONRoute
     authorised = [Depends(_token_check(token))]
+    if limits is None:
+        limits = ServerLimits()
+    elif not isinstance(limits, ServerLimits):
+        raise TypeError(
+            f"limits is a {type(limits).__name__}; give a ServerLimits or None"
+        )
 
     # Handlers are coroutines, answered on the event loop: a plain function
     # would cost each refused request a trip through the thread pool.
     @app.exception_handler(RequestError)
     async def request_error(request: Request, error: RequestError):
         if error.status >= 500:
-            return _error(error.status, [], error.message)
+            return refusal(error.status, [], error.message)
         where = "path" if request.method == "DELETE" else "body"
-        return _error(error.status, _shown_loc([where, *error.field]), error.message)
+        return refusal(error.status, _shown_loc([where, *error.field]), error.message)
 
     app.exception_handler(RequestValidationError)(_validation_error)
 
@@ -492,7 +526,7 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
     async def unexpected(request: Request, error: Exception):
         # The traceback goes to the server's log (uvicorn logs the exception,
         # raised again after this answer), never to the client.
-        return _error(500, [], "the server failed to answer; its log says why")
+        return refusal(500, [], "the server failed to answer; its log says why")
 
     @app.post("/route", response_model=RouteResponse)
     async def route(body: RouteRequest):
@@ -523,30 +557,63 @@ def create_app(service, *, max_body_bytes=8 * 2**20, token=None):
         return {"n_models": len(models), "models": models}
 
     @app.post(
-        "/models", response_model=Onboarded, status_code=201, dependencies=authorised
+        "/models",
+        response_model=Onboarded,
+        status_code=201,
+        dependencies=authorised,
+        openapi_extra=_body_of(NewModel),
     )
-    def onboard(body: NewModel):
+    async def onboard(request: Request):
         """Onboard a model from its evaluations (one forward pass)."""
-        return service.add_model(
-            body.name, body.evaluations, body.cost, body.query_groups
-        )
+
+        def onboarded(sent):
+            body = _validated(NewModel, sent, "evaluations", service.max_evaluations)
+            return service.add_model(
+                body.name, body.evaluations, body.cost, body.query_groups
+            )
+
+        return await anyio.to_thread.run_sync(onboarded, await request.body())
 
     @app.delete("/models/{name:path}", response_model=Removed, dependencies=authorised)
     def remove(name: str):
         """Stop routing to a model."""
         return service.remove_model(name)
 
-    @app.post("/feedback", response_model=FeedbackResponse, dependencies=authorised)
-    def feedback(body: FeedbackRequest):
+    @app.post(
+        "/feedback",
+        response_model=FeedbackResponse,
+        dependencies=authorised,
+        openapi_extra=_body_of(FeedbackRequest),
+    )
+    async def feedback(request: Request):
         """Keep outcomes of served queries; answered once they are on disk."""
-        return service.feedback(
-            [outcome.model_dump(exclude_none=True) for outcome in body.outcomes]
-        )
+
+        def kept(sent):
+            body = _validated(FeedbackRequest, sent, "outcomes", service.max_feedback)
+            return service.feedback(
+                [outcome.model_dump(exclude_none=True) for outcome in body.outcomes]
+            )
+
+        return await anyio.to_thread.run_sync(kept, await request.body())
 
     @app.get("/health", response_model=Health)
     async def health():
         """Whether the service is up, how many models it serves, and its groups."""
         return service.health()
 
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    _document_bodies(app, [NewModel, FeedbackRequest])
+    check = authorised[0].dependency
+    changing = [
+        route
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        and any(depends.dependency is check for depends in route.dependencies)
+    ]
+
+    def changes_pool(scope):
+        return any(route.matches(scope)[0] is Match.FULL for route in changing)
+
+    app.add_middleware(
+        RequestGate, limits=limits, changes_pool=changes_pool, token=token
+    )
     return app

@@ -28,3 +28,25 @@ def query_encoder(router):
     """Return the query encoder of a router's embedder (frozen or not)."""
     embedder = router.embedder_
     return getattr(embedder, "estimator", embedder).query_encoder_
+
+
+def check_count(field, items, limit):
+    """Refuse an empty list (or mapping) of ``field``, or one over ``limit``.
+
+    Parameters
+    ----------
+    field : str
+        The field holding the items, named in the message.
+    items : sized
+    limit : int
+
+    Raises
+    ------
+    RequestError
+    """
+    if len(items) == 0:
+        raise RequestError((field,), f"{field} is empty; give at least one")
+    if len(items) > limit:
+        raise RequestError(
+            (field,), f"{len(items):,} {field} in one request; at most {limit:,}"
+        )

@@ -45,7 +45,7 @@ from sklocus._router._learnt_groups import named_groups
 from sklocus._routing import policies_given
 from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
-from sklocus.serve._request import RequestError, query_encoder
+from sklocus.serve._request import RequestError, check_count, query_encoder
 
 __all__ = ["RequestError", "RouterService"]
 
@@ -249,13 +249,7 @@ class RouterService(LearningFromOutcomes):
     # -- checks ---------------------------------------------------------------
 
     def _check_batch(self, items, field):
-        if len(items) == 0:
-            raise RequestError((field,), f"{field} is empty; give at least one")
-        if len(items) > self.max_batch:
-            raise RequestError(
-                (field,),
-                f"{len(items)} {field} in one request; at most {self.max_batch}",
-            )
+        check_count(field, items, self.max_batch)
 
     @staticmethod
     def _check_names(router, names, field):
@@ -647,14 +641,7 @@ class RouterService(LearningFromOutcomes):
         dict
             ``{"model", "n_evaluations", "n_models"}``.
         """
-        if len(evaluations) == 0:
-            raise RequestError(("evaluations",), "no evaluations; give at least one")
-        if len(evaluations) > self.max_evaluations:
-            raise RequestError(
-                ("evaluations",),
-                f"{len(evaluations):,} evaluations; at most {self.max_evaluations:,} "
-                "per onboarding",
-            )
+        check_count("evaluations", evaluations, self.max_evaluations)
         # The router's groups never change, so any snapshot can check these.
         query_groups = self._check_evaluation_groups(
             self._router, query_groups, evaluations

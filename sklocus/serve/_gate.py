@@ -1,0 +1,151 @@
+"""What a request must pass before the application reads a byte of its body.
+
+:class:`RequestGate` is ASGI middleware in front of the FastAPI application.
+For each request it
+
+- checks the token of a route that changes the pool, from the headers alone:
+  without it the answer is 401, whatever the body holds or would hold;
+- refuses a body over the route's limit (the routes that change the pool may
+  take larger ones than the open routes) with 413, by its declared length or
+  while it arrives;
+- tells the request's connection (:mod:`sklocus.serve._guard`) when the
+  request starts, when its body is in and when its answer is sent, so that
+  deadlines and the client's rate follow it.
+
+A refusal made before the body is read closes the connection: the unread body
+would otherwise be taken for the next request.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi.responses import JSONResponse
+
+from sklocus.serve._guard import current_connection
+
+UNAUTHORISED = (
+    "this route changes the pool; it needs the header 'Authorization: Bearer "
+    "TOKEN' with the server's token"
+)
+
+
+def token_matches(authorization, expected):
+    """Whether an ``Authorization`` header value carries the bearer token.
+
+    Parameters
+    ----------
+    authorization : bytes or None
+        The header's value as sent.
+    expected : bytes
+        The token.
+
+    Returns
+    -------
+    bool
+    """
+    scheme, _, given = (authorization or b"").strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        given = b""
+    return hmac.compare_digest(given.strip(), expected)
+
+
+def refusal(status, loc, message, *, close=False):
+    """Return a 4xx or 5xx answer in the shape of FastAPI's validation errors."""
+    headers = {"connection": "close"} if close else None
+    if status == 401:
+        headers = {**(headers or {}), "www-authenticate": "Bearer"}
+    return JSONResponse(
+        status_code=status,
+        content={"detail": [{"loc": list(loc), "msg": message, "type": "value_error"}]},
+        headers=headers,
+    )
+
+
+class RequestGate:
+    """Token and body limits checked from the head, and the connection told.
+
+    Parameters
+    ----------
+    app : ASGI application
+    limits : ServerLimits
+    changes_pool : callable
+        ``changes_pool(scope)`` says whether the request is for a route that
+        changes the pool (the token's routes).
+    token : str or None
+        The server's token; None: no route needs one.
+    """
+
+    def __init__(self, app, *, limits, changes_pool, token=None):
+        self.app = app
+        self.limits = limits
+        self.changes_pool = changes_pool
+        self.token = None if token is None else token.encode("utf-8")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        connection = current_connection.get()
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        has_body = b"transfer-encoding" in headers or declared not in (None, b"0")
+        if connection is not None:
+            connection.request_started(has_body)
+            send = _told_when_sent(connection, send)
+        changes = self.changes_pool(scope)
+        if changes and self.token is not None:
+            if not token_matches(headers.get(b"authorization"), self.token):
+                answer = refusal(
+                    401, ["header", "Authorization"], UNAUTHORISED, close=has_body
+                )
+                return await answer(scope, receive, send)
+        limit = (
+            self.limits.max_body_bytes if changes else self.limits.max_open_body_bytes
+        )
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return await _too_large(limit)(scope, receive, send)
+        seen, refused = 0, False
+
+        async def counted():
+            # A body of no declared length is counted as it arrives: past the
+            # limit, answer 413 at once and tell the application the client has
+            # gone, so it stops reading (an exception here would become 400).
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request" and not refused:
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    refused = True
+                    await _too_large(limit)(scope, receive, send)
+                    return {"type": "http.disconnect"}
+                if connection is not None and not message.get("more_body"):
+                    connection.body_received()
+            return message
+
+        async def unless_refused(message):
+            if not refused:
+                await send(message)
+
+        return await self.app(scope, counted, unless_refused)
+
+
+def _too_large(limit):
+    return refusal(
+        413, ["body"], f"the request body is over {limit:,} bytes", close=True
+    )
+
+
+def _told_when_sent(connection, send):
+    """Wrap ``send`` to tell ``connection`` when the answer starts and ends."""
+    status = 500
+
+    async def told(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            connection.answer_started()
+        await send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            connection.answer_sent(status)
+
+    return told

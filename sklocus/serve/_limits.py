@@ -1,0 +1,140 @@
+"""What a server grants each client: connections, time, bytes and a rate.
+
+A server open to a network meets clients that would exhaust it: many idle
+connections, headers or bodies sent a byte at a time, large bodies without a
+token, floods of requests it must refuse. :class:`ServerLimits` says what each
+client may take; :class:`ClientBudgets` keeps the rate, by the address the
+connection comes from (never a header the client writes, such as
+``X-Forwarded-For``).
+
+A rate is kept as a debt in time (the "generic cell rate" scheme): each request
+moves its client's due time ``1 / rate`` seconds on, each refusal (a 4xx, or a
+connection that made no request) ``refusal_cost`` times that, and a client
+whose due time lies more than ``burst / rate`` seconds ahead waits: the server
+reads nothing more from it until then. A client that keeps within the rate
+never waits; a flood waits in the kernel's buffers, costing the server nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import time
+
+# A client's debt is capped, so that one that stops is soon served again.
+_MAX_DEBT_SECONDS = 30.0
+# Paid-up clients are forgotten once this many are kept.
+_PRUNE_AT = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """Limits a server keeps per request, per connection and per client.
+
+    A client is an address connections come from: behind a proxy, every
+    request comes from the proxy's address, so put the per-client limits in the
+    proxy (and raise or turn off ``rate`` here).
+
+    Parameters
+    ----------
+    max_body_bytes : int, default=8 MiB
+        Largest body of a request to a route that changes the pool or what it
+        learns (``POST /models``, ``POST /feedback``), which needs the token
+        when the server has one; a larger one is answered 413 unread.
+    max_open_body_bytes : int, default=1 MiB
+        Largest body of a request to any other route (``POST /route``,
+        ``POST /predict``): what anyone who can reach the server can make it
+        read and parse.
+    max_connections : int, default=1000
+        Connections open at once. A new one over the limit closes the
+        connection that has waited longest for a request, or is refused when
+        every connection is busy.
+    max_client_connections : int, default=64
+        Connections open at once from one address; more are refused.
+    header_timeout : float, default=10
+        Seconds a connection has to send a request's head, from when it opens
+        or its last answer was sent; it is closed then.
+    body_timeout : float, default=60
+        Seconds a request has to send its whole body, and the client to take
+        its whole answer.
+    rate : float, default=1000
+        Requests a second one address may make on average; 0 for no limit.
+    burst : float, default=200
+        Requests over the rate one address may make at once before it waits.
+    refusal_cost : float, default=50
+        How many requests a refused one (any 4xx) counts as: a client sending
+        faults is slowed far sooner than one sending work.
+    """
+
+    max_body_bytes: int = 8 * 2**20
+    max_open_body_bytes: int = 2**20
+    max_connections: int = 1000
+    max_client_connections: int = 64
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    rate: float = 1000.0
+    burst: float = 200.0
+    refusal_cost: float = 50.0
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            counted = field.type == "int"
+            kind = numbers.Integral if counted else numbers.Real
+            if isinstance(value, bool) or not isinstance(value, kind):
+                expected = "an integer" if counted else "a number"
+                raise TypeError(
+                    f"ServerLimits.{field.name}={value!r}; expected {expected}"
+                )
+            zero_allowed = field.name == "rate"
+            if (
+                not math.isfinite(value)
+                or value < 0
+                or (value == 0 and not zero_allowed)
+            ):
+                least = "at least 0 (0: no limit)" if zero_allowed else "above 0"
+                raise ValueError(
+                    f"ServerLimits.{field.name}={value!r}; expected a finite number "
+                    f"{least}"
+                )
+        if self.refusal_cost < 1:
+            raise ValueError(
+                f"ServerLimits.refusal_cost={self.refusal_cost!r}; a refusal counts "
+                "as at least one request"
+            )
+
+
+class ClientBudgets:
+    """The rate each client address has spent, as a due time.
+
+    Parameters
+    ----------
+    rate : float
+        Requests a second; 0 keeps no budget.
+    burst : float
+    clock : callable, default=time.monotonic
+    """
+
+    def __init__(self, rate, burst, *, clock=time.monotonic):
+        self.rate = rate
+        self.burst = burst
+        self.clock = clock
+        self._due = {}
+
+    def charge(self, client, requests=1.0):
+        """Count ``requests`` (a refusal counts as several) against ``client``."""
+        if not self.rate:
+            return
+        now = self.clock()
+        due = max(self._due.get(client, now), now) + requests / self.rate
+        self._due[client] = min(due, now + _MAX_DEBT_SECONDS)
+        if len(self._due) > _PRUNE_AT:
+            self._due = {key: when for key, when in self._due.items() if when > now}
+
+    def wait(self, client):
+        """Seconds ``client`` must wait before it is read again (0: none)."""
+        due = self._due.get(client)
+        if due is None:
+            return 0.0
+        return max(0.0, due - self.clock() - self.burst / self.rate)

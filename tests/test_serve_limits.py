@@ -1,0 +1,340 @@
+"""The served router against clients that would exhaust it, not trick it.
+
+Each test names the finding of the second hostile round it guards against: a
+large body sent without the token (N1), connections that send nothing or
+trickle (N2), a log written per refusal (N3), a flood from one address. The
+servers here are real (uvicorn on a loopback port, in a thread), with limits
+small enough to reach in a test; every wait is bounded by a socket timeout far
+beyond what the server should take.
+"""
+
+import json
+import logging
+import socket
+import threading
+import time
+
+import pandas as pd
+import pytest
+from sklearn.frozen import FrozenEstimator
+from tiny import TINY_NETWORK, TINY_POOL
+
+from sklocus import LocusEmbedder, LocusRouter
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from sklocus.serve import (  # noqa: E402
+    RouterService,
+    ServerLimits,
+    create_app,
+    listen,
+    server,
+)
+from sklocus.serve._limits import ClientBudgets  # noqa: E402
+from sklocus.serve._warnings import LogLimit, limited_logs  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "correct-horse-battery-staple"
+# Far beyond what any answer here takes: reached only when none comes.
+PATIENCE = 20.0
+
+
+@pytest.fixture(scope="module")
+def router():
+    data = make_evaluations(**TINY_POOL)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
+        data.evaluation_sets
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    return LocusRouter(FrozenEstimator(embedder), refine_steps=0).fit(
+        queries, Y, cost=data.params_b
+    )
+
+
+class Served:
+    """A real server for ``router`` on a loopback port, in a thread."""
+
+    def __init__(self, router, tmp_path, **limits):
+        self.service = RouterService(
+            router, feedback_journal=tmp_path / "journal.db", max_feedback=100
+        )
+        self.listener = listen("127.0.0.1", 0)
+        self.port = self.listener.getsockname()[1]
+        self.server = server(
+            self.service, token=TOKEN, limits=ServerLimits(**limits), log_level="error"
+        )
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.listener]}
+        )
+        self.thread.start()
+        deadline = time.monotonic() + PATIENCE
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+
+    def connect(self, source="127.0.0.1"):
+        """Open a connection from ``source`` (any 127.x.y.z is the loopback)."""
+        connection = socket.create_connection(
+            ("127.0.0.1", self.port), timeout=PATIENCE, source_address=(source, 0)
+        )
+        return connection
+
+    def ask(self, request, source="127.0.0.1", connection=None):
+        """Send raw bytes; return the status and body of the answer."""
+        connection = connection or self.connect(source)
+        connection.sendall(request)
+        return read_answer(connection)
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(PATIENCE)
+        self.listener.close()
+
+
+@pytest.fixture()
+def served(router, tmp_path, request):
+    limits = getattr(request, "param", {})
+    running = Served(router, tmp_path, **limits)
+    yield running
+    running.close()
+
+
+def read_answer(connection):
+    """Read one HTTP answer: (status, parsed JSON body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(65536)
+        assert chunk, f"the connection closed before an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = connection.recv(65536)
+        assert chunk, "the connection closed in the middle of an answer"
+        body += chunk
+    return status, json.loads(body[:length])
+
+
+def post(path, body=b"", headers=b"", length=None):
+    length = len(body) if length is None else length
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
+        f"content-length: {length}\r\n".encode()
+        + headers
+        + b"\r\n"
+        + body
+    )
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nhost: test\r\n\r\n"
+
+
+def closed_by_server(connection):
+    """Whether the server has closed the connection (within PATIENCE)."""
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+# -- N1: nothing is read or parsed before the token -----------------------------------
+
+
+def test_a_large_body_without_the_token_is_refused_before_it_is_sent(served):
+    # 7 MB declared, none of it sent: the answer comes from the head alone.
+    status, body = served.ask(post("/feedback", length=7_000_000))
+    assert status == 401
+    assert body["detail"][0]["loc"] == ["header", "Authorization"]
+
+
+def test_malformed_json_without_the_token_is_a_401_not_a_422(router):
+    client = TestClient(create_app(RouterService(router), token=TOKEN))
+    for path in ["/feedback", "/models"]:
+        response = client.post(path, content=b"{not json")
+        assert response.status_code == 401, path
+
+
+def test_feedback_is_counted_before_any_outcome_is_validated(served):
+    # 101 outcomes that are each wrong: refused for their number alone.
+    body = json.dumps({"outcomes": [1] * 101}).encode()
+    status, answer = served.ask(
+        post("/feedback", body, f"authorization: Bearer {TOKEN}\r\n".encode())
+    )
+    assert status == 422
+    assert answer["detail"] == [
+        {
+            "loc": ["body", "outcomes"],
+            "msg": "101 outcomes in one request; at most 100",
+            "type": "value_error",
+        }
+    ]
+
+
+# -- N2: connections that send nothing, or trickle, are closed ------------------------
+
+
+@pytest.mark.parametrize("served", [{"header_timeout": 0.5}], indirect=True)
+def test_idle_and_trickling_connections_are_closed(served):
+    idle = served.connect()
+    trickling = served.connect()
+    head = b"GET /health HTTP/1.1\r\n" + b"x-slow: " + b"a" * 400
+    with pytest.raises(OSError):  # broken pipe or reset: closed mid-trickle
+        for char in head:  # a byte every 50 ms: 20 s in all, were it not closed
+            trickling.sendall(bytes([char]))
+            time.sleep(0.05)
+    assert closed_by_server(idle)
+    assert served.ask(HEALTH)[0] == 200  # a prompt client is served
+
+
+@pytest.mark.parametrize("served", [{"body_timeout": 0.5}], indirect=True)
+def test_a_body_that_never_ends_is_cut_off(served):
+    slow = served.connect()
+    slow.sendall(post("/route", b'{"queries": [', length=1000))
+    assert closed_by_server(slow)
+
+
+@pytest.mark.parametrize("served", [{"max_client_connections": 4}], indirect=True)
+def test_one_address_holds_at_most_its_share_of_connections(served):
+    held = [served.connect("127.0.0.2") for _ in range(10)]
+    for connection in held:
+        connection.sendall(HEALTH)
+    answered = 0
+    for connection in held:
+        try:
+            status, _ = read_answer(connection)
+            answered += status == 200
+        except (AssertionError, ConnectionResetError):
+            pass
+    assert answered == 4
+    assert served.ask(HEALTH, source="127.0.0.3")[0] == 200
+
+
+@pytest.mark.parametrize("served", [{"max_connections": 6}], indirect=True)
+def test_a_full_server_closes_the_longest_idle_connection_for_a_new_one(served):
+    idle = [served.connect(f"127.0.0.{2 + i}") for i in range(6)]
+    time.sleep(0.2)  # all six are in
+    assert served.ask(HEALTH, source="127.0.1.1")[0] == 200
+    assert closed_by_server(idle[0])
+    idle[-1].sendall(HEALTH)
+    assert read_answer(idle[-1])[0] == 200
+
+
+# -- flooding: one address over its rate waits, others do not -------------------------
+
+
+@pytest.mark.parametrize(
+    "served", [{"rate": 1.0, "burst": 1.0, "refusal_cost": 30.0}], indirect=True
+)
+def test_a_client_over_its_rate_waits_while_others_are_served(served):
+    flooding = served.connect("127.0.0.2")
+    bad = post("/route", b'{"queries": 1}')
+    assert served.ask(bad, connection=flooding)[0] == 422  # within its burst
+    # That refusal cost it 30 s: its next request is not read meanwhile.
+    flooding.sendall(HEALTH)
+    flooding.settimeout(1.0)
+    with pytest.raises(TimeoutError):
+        flooding.recv(1)
+    for source in ["127.0.0.1", "127.0.0.3"]:
+        assert served.ask(HEALTH, source=source)[0] == 200
+
+
+def test_budgets_let_a_burst_through_then_space_requests_by_the_rate():
+    now = [0.0]
+    budgets = ClientBudgets(rate=10.0, burst=5.0, clock=lambda: now[0])
+    for _ in range(6):
+        assert budgets.wait("a") == 0.0
+        budgets.charge("a")
+    budgets.charge("a")  # the seventh: 0.7 s due, 0.5 s of it forgiven
+    assert budgets.wait("a") == pytest.approx(0.2)
+    assert budgets.wait("b") == 0.0  # another address is untouched
+    budgets.charge("a", 50)  # a refusal counting as 50 requests
+    assert budgets.wait("a") == pytest.approx(5.2)
+    now[0] = 5.2
+    assert budgets.wait("a") == 0.0
+    unlimited = ClientBudgets(rate=0, burst=5.0, clock=lambda: now[0])
+    unlimited.charge("a", 1e9)
+    assert unlimited.wait("a") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"max_connections": 0}, "max_connections=0; expected a finite number above 0"),
+        ({"rate": -1}, "rate=-1; expected a finite number at least 0"),
+        ({"header_timeout": float("inf")}, "header_timeout=inf"),
+        ({"max_body_bytes": 1.5}, "max_body_bytes=1.5; expected an integer"),
+        ({"burst": True}, "burst=True; expected a number"),
+        ({"refusal_cost": 0.5}, "a refusal counts as at least one request"),
+    ],
+)
+def test_limits_are_checked_when_made(limits, message):
+    with pytest.raises((TypeError, ValueError), match=message.replace("(", r"\(")):
+        ServerLimits(**limits)
+
+
+# -- N3: a flood writes a few log lines, not one per refusal --------------------------
+
+
+def test_a_flood_of_unparseable_requests_logs_a_line_a_while(served):
+    lines = []
+
+    class Kept(logging.Handler):
+        def emit(self, record):
+            lines.append(self.format(record))
+
+    kept = Kept()
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addHandler(kept)
+    level = uvicorn_log.level
+    uvicorn_log.setLevel(logging.WARNING)
+    try:
+        with limited_logs(interval=3600):
+            for _ in range(200):
+                connection = served.connect()
+                connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                closed_by_server(connection)
+    finally:
+        uvicorn_log.removeHandler(kept)
+        uvicorn_log.setLevel(level)
+    assert 1 <= len(lines) <= 2, lines
+
+
+def test_the_log_limit_counts_what_it_held_back():
+    now = [0.0]
+    limit = LogLimit(60, clock=lambda: now[0])
+
+    def record(name, message, args=None):
+        return logging.LogRecord(
+            name, logging.WARNING, __file__, 1, message, args, None
+        )
+
+    shown = [
+        limit.filter(record("asyncio", f"socket.accept() failed\nsocket: {i}"))
+        for i in range(1000)
+    ]
+    assert sum(shown) == 1  # one kind, whatever its tail
+    access = ("127.0.0.2:5000", "POST", "/route", "1.1", 422)
+    assert limit.filter(record("uvicorn.access", "%s %s %s %s %d", access))
+    assert not limit.filter(record("uvicorn.access", "%s %s %s %s %d", access))
+    ok = ("127.0.0.2:5000", "POST", "/route", "1.1", 200)
+    assert all(
+        limit.filter(record("uvicorn.access", "%s %s %s %s %d", ok)) for _ in range(5)
+    )
+    now[0] = 61.0
+    again = record("asyncio", "socket.accept() failed\nsocket: 7")
+    assert limit.filter(again)
+    assert "999 more like this in the last 61 s were not logged" in again.getMessage()
+    later = record("uvicorn.access", "%s %s %s %s %d", access)
+    assert limit.filter(later)
+    assert "1 more like this" in later.getMessage()
