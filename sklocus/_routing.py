@@ -139,6 +139,45 @@ def cost_utilities(probabilities, cost, cost_weight):
     return probabilities - cost_weight * normalised
 
 
+# A new cost this many times the dearest one changes every weighted route.
+COST_RESCALE_RATIO = 10.0
+
+
+def cost_rescaling(existing, added):
+    """Say how new costs would change what every cost weight means, if they would.
+
+    Routes weigh ``cost / max(cost)`` (:func:`cost_utilities`): a model much
+    dearer than the dearest one shrinks every other cost, so each cost weight
+    and budget afterwards trades far less probability for cost than before.
+
+    Parameters
+    ----------
+    existing : ndarray of shape (n_models,)
+        The costs of the models routed to now.
+    added : array-like of shape (n_new,)
+        The new models' costs.
+
+    Returns
+    -------
+    (int, str) or None
+        The position in ``added`` of the first cost over
+        ``COST_RESCALE_RATIO`` times the dearest existing one, and a message
+        saying what it does; None when there is none.
+    """
+    dearest = float(np.max(existing)) if len(existing) else 0.0
+    if dearest <= 0:
+        return None
+    for position, cost in enumerate(np.asarray(added, dtype=np.float64)):
+        if cost > COST_RESCALE_RATIO * dearest:
+            return position, (
+                f"cost {cost:g} is {cost / dearest:,.0f} times the dearest "
+                f"model's ({dearest:g}); costs are weighed relative to the "
+                "dearest, so every cost weight and budget would then trade far "
+                "less probability for cost than before"
+            )
+    return None
+
+
 def threshold_utilities(probabilities, cost, min_probability):
     """Return utilities that route to the cheapest model likely enough to answer.
 

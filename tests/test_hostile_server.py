@@ -6,6 +6,7 @@ unprintable model names, warnings a client can repeat, missing authentication,
 a failed write-back and a port in use.
 """
 
+import copy
 import json
 import os
 import socket
@@ -262,6 +263,35 @@ def test_a_free_model_onboards_and_a_negative_cost_is_named(pool, client):
     response = client.post("/models", json=body)
     assert response.status_code == 422
     assert [loc for loc, _ in _faults(response)] == [("body", "cost")]
+
+
+def test_a_cost_far_over_the_dearest_is_refused_on_the_server_and_warned_in_python(
+    pool, client
+):
+    # N8 of round 2: one onboarding with cost 1e6 rescaled every cost, so that a
+    # budget of 0.5 then routed at a mean cost of 2.83.
+    data, router = pool
+    dearest = float(router.cost_.max())
+    before = client.post(
+        "/route", json={"queries": data.query_ids[:20], "cost_weight": 1}
+    )
+    for cost in [1e6, 1e308, 10.5 * dearest]:
+        body = {"name": "dear", "evaluations": data.evaluation_sets[0], "cost": cost}
+        response = client.post("/models", json=body)
+        assert response.status_code == 422, cost
+        ((where, message),) = _faults(response)
+        assert where == ("body", "cost") and "times the dearest model's" in message
+    body = {"name": "dear", "evaluations": data.evaluation_sets[0], "cost": 9 * dearest}
+    assert client.post("/models", json=body).status_code == 201
+    assert client.delete("/models/dear").status_code == 200
+    after = client.post(
+        "/route", json={"queries": data.query_ids[:20], "cost_weight": 1}
+    )
+    assert after.json() == before.json()
+    with pytest.warns(UserWarning, match=r"model 'dear': cost 1e\+06 is [\d,]+ times"):
+        copy.deepcopy(router).add_models(
+            [data.evaluation_sets[0]], ["dear"], cost=[1e6]
+        )
 
 
 # -- 7: the encoder's memory is bounded in bytes -----------------------------------

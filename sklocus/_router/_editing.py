@@ -11,6 +11,7 @@ from (:mod:`sklocus._kept_evaluations`) for this.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ from sklocus._router._tables import (
     score_table,
     selected,
 )
+from sklocus._routing import cost_rescaling
 from sklocus._validation import check_model_names, shown
 from sklocus.encoders import as_query_list
 from sklocus.evaluations import check_evaluation_sets, reusable, to_matrix
@@ -94,6 +96,9 @@ class PoolEditingMixin:
             Their names, new to the router and distinct.
         cost : array-like of shape (n_new,), default=None
             Their costs; required when the router has costs, refused otherwise.
+            Routes weigh each cost relative to the dearest model's: a new
+            model over ten times dearer than any so far warns, as it changes
+            what every cost weight and budget means.
         query_groups : mapping, default=None
             The group of each query of the new sets (a query missing from it has
             none), when the router was fitted with ``query_groups``: the new
@@ -130,6 +135,15 @@ class PoolEditingMixin:
                 else "the router was fitted without costs; leave cost out"
             )
         cost = check_cost(cost, names)
+        if cost is not None:
+            rescaling = cost_rescaling(self.cost_, cost)
+            if rescaling is not None:
+                position, message = rescaling
+                warnings.warn(
+                    f"model {shown(names[position])}: {message}",
+                    UserWarning,
+                    stacklevel=2,
+                )
         if query_groups is not None:
             self._check_groups_given()
             groups_of(query_groups, ragged.queries, "add_models")

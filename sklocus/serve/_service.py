@@ -30,6 +30,7 @@ import copy
 import hashlib
 import logging
 import math
+import numbers
 import os
 import sqlite3
 import threading
@@ -42,7 +43,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
 from sklocus._router._learnt_groups import named_groups
-from sklocus._routing import policies_given
+from sklocus._routing import cost_rescaling, policies_given
 from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
 from sklocus.serve._request import RequestError, check_count, query_encoder
@@ -680,6 +681,16 @@ class RouterService(LearningFromOutcomes):
                 else "the router has no costs; leave cost out"
             )
             raise RequestError(("cost",), message)
+        if cost is not None and isinstance(cost, numbers.Real):
+            rescaling = cost_rescaling(router.cost_, [cost])
+            if rescaling is not None:
+                # A warning in the library; here a client would change every
+                # other client's routes, and the operator would not know.
+                raise RequestError(
+                    ("cost",),
+                    f"{rescaling[1]}; onboard it with LocusRouter.add_models and "
+                    "serve the saved router, if that is meant",
+                )
 
     def remove_model(self, name):
         """Stop serving one model.
