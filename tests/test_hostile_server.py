@@ -349,6 +349,16 @@ def test_model_names_with_control_characters_are_refused(client, name, code):
     assert len(client.get("/models").json()["models"]) == 12
 
 
+@pytest.mark.parametrize("name", [" ", "   "])
+def test_a_blank_model_name_is_blamed_on_the_name(client, name):
+    # N11 of round 2: it was blamed on the evaluations.
+    body = {"name": name, "evaluations": {"q00001": 1.0}, "cost": 1}
+    response = client.post("/models", json=body)
+    assert response.status_code == 422
+    [(loc, message)] = _faults(response)
+    assert loc == ("body", "name") and "may not be blank" in message
+
+
 # -- 9: warnings a client can repeat -------------------------------------------------
 
 

@@ -58,7 +58,9 @@ _PARSE_IN_THREAD_BYTES = 64 * 2**10
 
 
 def _printable(name):
-    """Refuse a model name that the library would refuse (a newline, ...)."""
+    """Refuse a model name that the library would refuse (a newline, blank...)."""
+    if not name.strip():
+        raise ValueError("a model name may not be blank")
     for position, char in enumerate(name):
         if has_control_character(char):
             raise ValueError(
