@@ -128,7 +128,7 @@ def timed(function, argument, settle=0.0):
 class Server:
     """``sklocus serve`` on a free loopback port, in a process of its own."""
 
-    def __init__(self, path, *options):
+    def __init__(self, path, *options, log=None):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -146,8 +146,9 @@ class Server:
                 *options,
             ],
             env=dict(os.environ, HF_HUB_OFFLINE="1"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            # The server's log, to a file object when one is given.
+            stdout=subprocess.DEVNULL if log is None else log,
+            stderr=subprocess.DEVNULL if log is None else subprocess.STDOUT,
         )
         self.client = httpx.Client(
             base_url=f"http://127.0.0.1:{self.port}", timeout=120
