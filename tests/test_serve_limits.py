@@ -207,14 +207,13 @@ def test_a_body_that_never_ends_is_cut_off(served):
 @pytest.mark.parametrize("served", [{"max_client_connections": 4}], indirect=True)
 def test_one_address_holds_at_most_its_share_of_connections(served):
     held = [served.connect("127.0.0.2") for _ in range(10)]
-    for connection in held:
-        connection.sendall(HEALTH)
     answered = 0
     for connection in held:
-        try:
+        try:  # a refused connection may be reset before, while or after it asks
+            connection.sendall(HEALTH)
             status, _ = read_answer(connection)
             answered += status == 200
-        except (AssertionError, ConnectionResetError):
+        except (AssertionError, OSError):
             pass
     assert answered == 4
     assert served.ask(HEALTH, source="127.0.0.3")[0] == 200
