@@ -386,6 +386,34 @@ def main():
             "besides the timed client's access lines."
         )
     met = all(ratio <= 2 for ratio in mean_ratios) and log_bytes < 2**20
+    answered = {
+        kind: sum(n for k, n in r[-1]["counts"].items() if str(k).isdigit())
+        for kind, r in floods.items()
+        if kind != "idle sockets"
+    }
+    churn = {
+        kind: r[-1]["counts"].get("connections opened", 0) / arguments.seconds
+        for kind, r in floods.items()
+    }
+    reading = [
+        "Under the floods from one address, "
+        + ", ".join(f"{kind} got {n:,} answers" for kind, n in answered.items())
+        + " in their last run: the first refusals put 127.0.0.2 over its rate (a "
+        "refused request, or a connection closed without one, counts as 50 "
+        "requests), after which its connections were not read and new ones were "
+        "refused, so the server's work was accepting and closing connections as "
+        "fast as the flood opened them ("
+        + ", ".join(
+            f"{rate:,.0f} a second under {kind}" for kind, rate in churn.items()
+        )
+        + "). The idle sockets come from 200 addresses, each within its share, so "
+        "the server holds its 1,000 connections and closes the longest-idle one "
+        "that never sent a request for each newcomer; the slowdown left is the "
+        "event loop accepting and closing connections while the routing thread "
+        "waits for the GIL. Per-address limits cannot hold back a flood spread "
+        "over many addresses that each keep within their rate: that needs limits "
+        "in front of the server (a proxy, a firewall).",
+    ]
     lines = [
         "## Serving under hostile load: routing while clients flood the server",
         "",
@@ -418,6 +446,8 @@ def main():
         f"{after_p99:.1f} ms | {after_p99 / idle_p99:.2f}x |",
         "",
         *notes,
+        "",
+        *reading,
         "",
         f"The server still served {alive['n_models']} models after; its whole log "
         f"came to {log_bytes:,} bytes (last line: `{log_tail[-1][:160]}`).",
