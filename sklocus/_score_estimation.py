@@ -37,7 +37,7 @@ from sklocus._model_posterior import (
     posterior_weights,
 )
 from sklocus._score_readout import FullScoreMixin
-from sklocus._validation import shown
+from sklocus._validation import check_count, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
 from sklocus.evaluations import check_evaluation_sets
@@ -565,7 +565,7 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
                 f"strategy must be one of {', '.join(map(repr, STRATEGIES))}; got "
                 f"{strategy!r}"
             )
-        _check_count(n_queries, "n_queries")
+        check_count(n_queries, "n_queries")
         (evaluations,) = _evaluation_dicts([evaluations], None, what="evaluations")
         candidates, codes, labels = _queries_and_groups(
             candidates, query_groups, what="candidates"
@@ -670,8 +670,8 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
         dict
             ``evaluations`` (a copy) and the new results, query to score.
         """
-        _check_count(batch_size, "batch_size")
-        _check_count(n_queries, "n_queries")
+        check_count(batch_size, "batch_size")
+        check_count(n_queries, "n_queries")
         (collected,) = _evaluation_dicts([evaluations or {}], None, what="evaluations")
         collected = dict(collected)
         candidates, _, _ = _queries_and_groups(candidates, None, what="candidates")
@@ -726,12 +726,6 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
             to_new = _distances(vectors, vectors[i : i + 1])[:, 0]
             distance = np.minimum(distance, to_new)
         return np.asarray(picks)
-
-
-def _check_count(value, name):
-    """Raise unless ``value`` is a positive integer (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
 
 
 def _distances(a, b):

@@ -11,7 +11,6 @@ whose rows reappear) are ever held.
 
 from __future__ import annotations
 
-import numbers
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +21,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from sklearn.utils.validation import check_is_fitted
 
+from sklocus._validation import check_count
 from sklocus.evaluations import RaggedEvaluations, _check_long_columns, from_long
 
 __all__ = ["EmbeddingBatch", "embed_parquet", "iter_embeddings"]
@@ -78,11 +78,6 @@ def embedding_frame(batch):
         columns=[f"z{i}" for i in range(batch.embeddings.shape[1])],
     )
     return pd.concat([frame, vectors], axis=1)
-
-
-def _check_count(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name}={value!r}; expected an integer of at least 1")
 
 
 def _record_batches(source, columns, batch_rows):
@@ -204,8 +199,8 @@ def iter_embeddings(
     [4, 2]
     """
     check_is_fitted(embedder, "net_")
-    _check_count(batch_models, "batch_models")
-    _check_count(batch_rows, "batch_rows")
+    check_count(batch_models, "batch_models")
+    check_count(batch_rows, "batch_rows")
     columns = {"model": model, "query": query, "score": score}
     settings = dict(columns, duplicates=duplicates)
     pending = []  # complete models' rows, waiting for a batch to fill

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import unicodedata
 
 import numpy as np
@@ -90,6 +91,37 @@ def check_model_names(names, what: str = "model names") -> list:
             )
         seen.add(name)
     return names
+
+
+def check_count(value, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int: an integer of at least ``minimum``, or refused.
+
+    The one check of a count in sklocus (``k``, ``n_resamples``, a batch
+    size...): ``True`` is not 1 and ``2.0`` is not 2.
+
+    Parameters
+    ----------
+    value : object
+    name : str
+        The parameter, named in the message.
+    minimum : int, default=1
+
+    Returns
+    -------
+    int
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+    ):
+        least = (
+            "a positive integer"
+            if minimum == 1
+            else f"an integer of at least {minimum}"
+        )
+        raise ValueError(f"{name}={value!r} must be {least}")
+    return int(value)
 
 
 def has_control_character(text: str) -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import check_random_state
 
-from sklocus._validation import as_item_list
+from sklocus._validation import as_item_list, check_count
 
 __all__ = [
     "RaggedEvaluations",
@@ -886,8 +886,7 @@ def subsample(evaluation_sets, n, random_state=None, model_names=None, *, shared
     >>> same[0].keys() == same[1].keys()
     True
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"n={n!r} must be a positive integer")
+    check_count(n, "n")
     ragged = check_evaluation_sets(evaluation_sets, model_names)
     rng = check_random_state(random_state)
     rank = rng.permutation(len(ragged.queries)) if shared else None

@@ -26,7 +26,7 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, squareform
 from sklearn.utils import check_random_state
 
-from sklocus._validation import as_item_list
+from sklocus._validation import as_item_list, check_count
 from sklocus.evaluations import subsample
 
 __all__ = [
@@ -182,8 +182,7 @@ def nearest_models(embeddings, k=5, *, metric="euclidean"):
     """
     distances = model_distances(embeddings, metric=metric)
     n_models = len(distances)
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k={k!r} must be a positive integer")
+    check_count(k, "k")
     if k > n_models - 1:
         raise ValueError(f"k={k} neighbours asked for, but only {n_models} models")
     np.fill_diagonal(distances, np.inf)
@@ -301,10 +300,7 @@ def stable_duplicates(
         resamples), closest pair first.
     """
     threshold = _check_threshold(threshold, metric, STABLE_DUPLICATE_THRESHOLD)
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, numbers.Integral):
-        raise ValueError(f"n_resamples={n_resamples!r} must be a positive integer")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples={n_resamples!r} must be a positive integer")
+    check_count(n_resamples, "n_resamples")
     rng = check_random_state(random_state)
     worst = None
     for _ in range(n_resamples):
@@ -484,8 +480,7 @@ def search_by_profile(
     distances : ndarray of shape (k,)
     """
     embeddings = check_embeddings(embeddings)
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k={k!r} must be a positive integer")
+    check_count(k, "k")
     evaluations = profile_evaluation_set(profile, queries_by_benchmark, n, random_state)
     target = embedder.transform([evaluations])
     distances = model_distances(embeddings, target, metric=metric)[:, 0]

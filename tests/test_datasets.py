@@ -98,7 +98,7 @@ def test_make_evaluations_families_share_behaviour(synthetic):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"n_models": 0}, "n_models=0 must be at least 1"),
+        ({"n_models": 0}, "n_models=0 must be a positive integer"),
         ({"evals_per_model": 2000}, "evals_per_model=2000 exceeds n_queries=1000"),
         ({"evals_per_model": (10, 5)}, "must satisfy 1 <= low <= high"),
         ({"duplicate_fraction": 1.0}, "duplicate_fraction=1.0 must lie in"),

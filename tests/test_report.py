@@ -295,7 +295,7 @@ def test_color_by_a_metadata_column():
         ({"model_names": ["a"] * 6}, "model 'a' is named twice"),
         ({"metadata": pd.DataFrame({"x": [1]})}, "metadata has 1 rows"),
         ({"color": "size"}, "color='size' is neither 'cluster' nor a metadata"),
-        ({"n_neighbors": 0}, "n_neighbors=0 must be at least 1"),
+        ({"n_neighbors": 0}, "n_neighbors=0 must be a positive integer"),
         ({"cost": "params"}, "cost='params' is not a metadata column"),
         ({"cost": [1, 2, 3]}, r"cost has shape \(3,\); give one cost per model \(6\)"),
         ({"cost": [1, 2, -1, 1, 1, 1]}, "model 'm2' has cost -1.0; costs must be"),

@@ -185,7 +185,7 @@ def test_repeated_rows_resolved_and_bad_settings_refused(trained, tmp_path):
         batch.embeddings, embedder.transform([{q1: 0.5, q2: 1.0}])
     )
     for name in ("batch_models", "batch_rows"):
-        with pytest.raises(ValueError, match=rf"{name}=0; expected an integer"):
+        with pytest.raises(ValueError, match=rf"{name}=0 must be a positive integer"):
             list(iter_embeddings(embedder, path, **{name: 0}))
     with pytest.raises(FileNotFoundError, match="no such Parquet file"):
         list(iter_embeddings(embedder, tmp_path / "missing.parquet"))

@@ -34,7 +34,7 @@ from sklocus._router._tables import (
     pool_of_table,
     selected,
 )
-from sklocus._validation import RealInterval
+from sklocus._validation import RealInterval, check_count
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
 
@@ -521,8 +521,7 @@ class LocusRouter(
         )
         excluded = selected(self.classes_, exclude, "exclude")
         available = int((~excluded).sum())
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-            raise ValueError(f"k={k!r} must be a positive integer")
+        check_count(k, "k")
         if k > available:
             raise ValueError(
                 f"k={k} is more than the {available} models available to route to"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import pandas as pd
 from sklearn.utils.validation import check_is_fitted
 
+from sklocus._validation import check_count
 from sklocus.geometry import model_distances
 
 
@@ -34,8 +33,7 @@ class SubstitutesMixin:
         matches = np.flatnonzero(self.classes_ == name)
         if len(matches) == 0:
             raise ValueError(f"the router has no model {name!r}")
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-            raise ValueError(f"k={k!r} must be a positive integer")
+        check_count(k, "k")
         index = matches[0]
         distances = model_distances(
             self.embeddings_[index : index + 1], self.embeddings_, metric=metric

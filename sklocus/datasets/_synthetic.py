@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
+from sklocus._validation import check_count
 from sklocus.encoders import PrecomputedEncoder
 from sklocus.evaluations import to_long
 
@@ -18,14 +17,6 @@ _FAMILY_SIZES_B = np.array([0.5, 1.5, 3.0, 7.0, 8.0, 13.0, 34.0, 70.0])
 _AUTO_EVALS_PER_MODEL = 256
 
 
-def _check_count(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name}={value} must be at least {minimum}")
-    return int(value)
-
-
 def _set_sizes(evals_per_model, n_models, n_queries, rng):
     """Draw the number of evaluations of each model."""
     if evals_per_model is None:
@@ -34,8 +25,7 @@ def _set_sizes(evals_per_model, n_models, n_queries, rng):
         return np.full(n_models, min(_AUTO_EVALS_PER_MODEL, n_queries))
     if isinstance(evals_per_model, tuple):
         low, high = (
-            _check_count(bound, "evals_per_model bounds", 1)
-            for bound in evals_per_model
+            check_count(bound, "evals_per_model bounds", 1) for bound in evals_per_model
         )
         if not low <= high <= n_queries:
             raise ValueError(
@@ -43,7 +33,7 @@ def _set_sizes(evals_per_model, n_models, n_queries, rng):
                 f"n_queries={n_queries}"
             )
         return rng.randint(low, high + 1, size=n_models)
-    size = _check_count(evals_per_model, "evals_per_model", 1)
+    size = check_count(evals_per_model, "evals_per_model", 1)
     if size > n_queries:
         raise ValueError(
             f"evals_per_model={size} exceeds n_queries={n_queries}; a model cannot be "
@@ -148,12 +138,12 @@ def make_evaluations(
     >>> len(data.evaluation_sets), len(data.evaluation_sets[0])
     (20, 50)
     """
-    n_models = _check_count(n_models, "n_models", 1)
-    n_queries = _check_count(n_queries, "n_queries", 1)
-    n_benchmarks = _check_count(n_benchmarks, "n_benchmarks", 1)
-    n_families = _check_count(n_families, "n_families", 1)
-    query_dim = _check_count(query_dim, "query_dim", 2)
-    n_skills = _check_count(n_skills, "n_skills", 1)
+    n_models = check_count(n_models, "n_models", 1)
+    n_queries = check_count(n_queries, "n_queries", 1)
+    n_benchmarks = check_count(n_benchmarks, "n_benchmarks", 1)
+    n_families = check_count(n_families, "n_families", 1)
+    query_dim = check_count(query_dim, "query_dim", 2)
+    n_skills = check_count(n_skills, "n_skills", 1)
     if not 0.0 <= duplicate_fraction < 1.0:
         raise ValueError(
             f"duplicate_fraction={duplicate_fraction!r} must lie in [0, 1)"

@@ -7,7 +7,6 @@ into one JSON-able dict; :mod:`sklocus.report._html` draws it.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 import pandas as pd
@@ -17,7 +16,7 @@ from sklearn.frozen import FrozenEstimator
 from sklocus._router import LocusRouter
 from sklocus._routing import TIE_TOLERANCE
 from sklocus._selection import KCenterSelector, coverage_greedy, coverage_similarity
-from sklocus._validation import check_costs
+from sklocus._validation import check_costs, check_count
 from sklocus._versioning import __version__
 from sklocus.evaluations import check_evaluation_sets, subsample, to_matrix
 from sklocus.geometry import (
@@ -320,10 +319,7 @@ def map_data(
         ("n_clusters", n_clusters, 1),
         ("convergence_models", convergence_models, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ValueError(f"{name}={value!r} must be an integer")
-        if value < low:
-            raise ValueError(f"{name}={value} must be at least {low}")
+        check_count(value, name, low)
     metadata = _check_metadata(metadata, names)
     if cost is not None:
         cost = _check_cost(cost, metadata, names)

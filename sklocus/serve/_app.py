@@ -43,7 +43,7 @@ from sklocus._versioning import __version__
 from sklocus.serve import _json
 from sklocus.serve._gate import UNAUTHORISED, RequestGate, refusal, token_matches
 from sklocus.serve._limits import ServerLimits
-from sklocus.serve._request import check_count
+from sklocus.serve._request import check_item_count
 from sklocus.serve._service import RequestError, router_thread
 
 # A query is a question, not a document; longer texts are refused rather than
@@ -409,7 +409,7 @@ def _validated(model, sent, field, limit):
         ) from None
     items = payload.get(field) if isinstance(payload, dict) else None
     if isinstance(items, list | dict):
-        check_count(field, items, limit)
+        check_item_count(field, items, limit)
     try:
         return model.model_validate(payload)
     except ValidationError as error:

@@ -24,7 +24,7 @@ from sklocus._router._learnt_groups import named_groups
 from sklocus.evaluations import _first_bad_score
 from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
-from sklocus.serve._request import RequestError, check_count, query_encoder
+from sklocus.serve._request import RequestError, check_item_count, query_encoder
 
 _log = logging.getLogger("sklocus.serve")
 
@@ -188,7 +188,7 @@ class LearningFromOutcomes:
             raise RequestError(
                 ("outcomes",), f"outcomes is a {type(outcomes).__name__}; give a list"
             )
-        check_count("outcomes", outcomes, self.max_feedback)
+        check_item_count("outcomes", outcomes, self.max_feedback)
         router = self._router
         rows = check_outcomes(router, outcomes, RequestError)
         known = getattr(query_encoder(router), "queries", None)

@@ -30,7 +30,7 @@ def query_encoder(router):
     return getattr(embedder, "estimator", embedder).query_encoder_
 
 
-def check_count(field, items, limit):
+def check_item_count(field, items, limit):
     """Refuse an empty list (or mapping) of ``field``, or one over ``limit``.
 
     Parameters

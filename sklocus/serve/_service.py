@@ -44,9 +44,10 @@ from sklearn.utils.validation import check_is_fitted
 from sklocus._router import LocusRouter
 from sklocus._router._learnt_groups import named_groups
 from sklocus._routing import cost_rescaling, policies_given
+from sklocus._validation import check_count
 from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
-from sklocus.serve._request import RequestError, check_count, query_encoder
+from sklocus.serve._request import RequestError, check_item_count, query_encoder
 
 __all__ = ["RequestError", "RouterService"]
 
@@ -228,8 +229,7 @@ class RouterService(LearningFromOutcomes):
             ("max_evaluations", max_evaluations),
             ("max_feedback", max_feedback),
         ]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{option}={value!r} must be a positive integer")
+            check_count(value, option)
         self._router = copy.copy(router)
         # Made once here, so every copy of the served router draws on from it.
         self._router._draws()
@@ -250,7 +250,7 @@ class RouterService(LearningFromOutcomes):
     # -- checks ---------------------------------------------------------------
 
     def _check_batch(self, items, field):
-        check_count(field, items, self.max_batch)
+        check_item_count(field, items, self.max_batch)
 
     @staticmethod
     def _check_names(router, names, field):
@@ -642,7 +642,7 @@ class RouterService(LearningFromOutcomes):
         dict
             ``{"model", "n_evaluations", "n_models"}``.
         """
-        check_count("evaluations", evaluations, self.max_evaluations)
+        check_item_count("evaluations", evaluations, self.max_evaluations)
         # The router's groups never change, so any snapshot can check these.
         query_groups = self._check_evaluation_groups(
             self._router, query_groups, evaluations
