@@ -12,15 +12,14 @@ from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.cluster import KMeans
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._device import resolve_device
 from sklocus._progress import Progress
+from sklocus._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
 from sklocus.evaluations import RaggedEvaluations, check_evaluation_sets, reusable

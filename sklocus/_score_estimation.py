@@ -24,9 +24,8 @@ import numbers
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._groups import check_query_groups
@@ -37,6 +36,7 @@ from sklocus._model_posterior import (
     posterior_weights,
 )
 from sklocus._score_readout import FullScoreMixin
+from sklocus._sklearn_compat import HasMethods, Interval, _fit_context
 from sklocus._validation import check_count, shown
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list

@@ -28,12 +28,11 @@ from sklearn.base import (
     ClassNamePrefixFeaturesOutMixin,
     ClusterMixin,
     TransformerMixin,
-    _fit_context,
 )
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from sklocus._sklearn_compat import Interval, StrOptions, _fit_context
 from sklocus._validation import check_costs
 from sklocus._versioning import VersionStampMixin
 from sklocus.geometry import METRICS, model_distances

@@ -6,7 +6,8 @@ import numbers
 import unicodedata
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
+
+from sklocus._sklearn_compat import Interval
 
 
 def as_item_list(values, what: str) -> list:

@@ -22,9 +22,9 @@ import numpy as np
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.isotonic import IsotonicRegression
-from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from sklocus._sklearn_compat import StrOptions
 from sklocus.metrics import _observed_pairs
 
 __all__ = ["ProbabilityCalibrator"]

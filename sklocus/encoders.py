@@ -20,12 +20,12 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils._param_validation import Interval
 
 from sklocus._device import resolve_device
 from sklocus._encoding_cache import CACHE_ERRORS, DiskCache, MemoryCache
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import Progress, on_terminal, say
+from sklocus._sklearn_compat import Interval
 from sklocus._validation import as_item_list
 from sklocus._versioning import VersionStampMixin
 

@@ -18,8 +18,10 @@ PACKAGE = Path(sklocus.__file__).parent
 # Lowest first. A name stands for the module and, when it is a package, every
 # module inside it.
 LAYERS = [
+    # scikit-learn's private names, imported here alone.
+    ["_sklearn_compat"],
     # Checks, versions, files, devices, progress, the cache folder: no other
-    # sklocus module.
+    # sklocus module but the one above.
     [
         "_validation",
         "_versioning",
@@ -174,3 +176,24 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         ("cli", False),
     ]
     assert _layer("cli") > _layer("_router")
+
+
+def test_private_scikit_learn_is_imported_in_one_module():
+    # A scikit-learn release that moves a private name is then answered in
+    # sklocus/_sklearn_compat.py alone.
+    for module, path in MODULES.items():
+        if module == "_sklearn_compat":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "sklearn"
+            ):
+                private = [
+                    part
+                    for part in [*node.module.split("."), *(a.name for a in node.names)]
+                    if part.startswith("_")
+                ]
+                assert not private, (
+                    f"sklocus/{path.relative_to(PACKAGE)}:{node.lineno} imports "
+                    f"{private} from {node.module}; take it from sklocus._sklearn_compat"
+                )

@@ -6,7 +6,6 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._groups import check_query_groups
@@ -34,6 +33,7 @@ from sklocus._router._tables import (
     pool_of_table,
     selected,
 )
+from sklocus._sklearn_compat import HasMethods, Interval, StrOptions
 from sklocus._validation import RealInterval, check_count
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list

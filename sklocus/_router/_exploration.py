@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import validate_parameter_constraints
 
 from sklocus._groups import logits
 from sklocus._router._locus import locus_given
+from sklocus._sklearn_compat import validate_parameter_constraints
 from sklocus.nn.uncertainty import logit_stds, posterior_factors
 
 
