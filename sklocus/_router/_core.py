@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._groups import check_query_groups
@@ -44,7 +44,6 @@ class LocusRouter(
     SubstitutesMixin,
     RoutingScoreMixin,
     VersionStampMixin,
-    ClassifierMixin,
     BaseEstimator,
 ):
     """Route each query to the model most likely to answer it correctly.
@@ -56,9 +55,10 @@ class LocusRouter(
     against every model with the embedder's correctness predictor and picks the
     best. Models can be added and removed afterwards without refitting.
 
-    Its target is a matrix of scores with gaps, not class labels, so its tags do
-    not call it a classifier (``sklearn.base.is_classifier`` is False): an integer
-    ``cv`` splits the queries with ``KFold``, as stratifying on the scores cannot.
+    Its target is a matrix of scores with gaps, not class labels, so it is not
+    a scikit-learn classifier (no ``ClassifierMixin``; ``is_classifier`` is
+    False): an integer ``cv`` splits the queries with ``KFold``, as stratifying
+    on the scores cannot, and ``score`` is the mean score of the routed models.
 
     Read more in the :ref:`User Guide <routing>`.
 
@@ -224,6 +224,7 @@ class LocusRouter(
     def __init__(
         self,
         embedder=None,
+        *,
         cost_weight=0.0,
         refine_steps=50,
         group_shrinkage=3.0,
@@ -259,9 +260,6 @@ class LocusRouter(
         tags.input_tags.string = True
         tags.target_tags.multi_output = True
         tags.target_tags.single_output = False
-        # Y is a score matrix, not class labels: without this, cross-validation
-        # with an integer cv stratifies on Y, which fails on its NaNs.
-        tags.estimator_type = None
         return tags
 
     def fit(self, X, Y, cost=None, query_groups=None):
