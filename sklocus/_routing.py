@@ -8,9 +8,12 @@ when cost counts. :class:`~sklocus.LocusRouter`, the metrics of
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
-from sklocus._validation import cost_violations
+from sklocus._validation import RealInterval, cost_violations
 
 # Utilities this close to a query's best count as tied with it. A set embedded in
 # another batch, or a row in another place of a GPU matrix product, rounds
@@ -62,18 +65,119 @@ def best_models(utilities):
     return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
 
 
-def policies_given(cost_weight=None, min_probability=None, budget=None):
-    """Return the routing policies a call sets (not None), as ``{name: value}``.
+# The routing policies, with their bounds: the one definition that a router's
+# settings, each call's, the served router's requests and the command line are
+# checked against.
+POLICY_BOUNDS = {
+    "cost_weight": (0.0, math.inf),
+    "min_probability": (0.0, 1.0),
+    "budget": (0.0, math.inf),
+}
 
-    A call routes by one at most; :class:`~sklocus.LocusRouter` and the served
-    router both refuse more through this one list.
+
+class PolicyError(ValueError):
+    """A routing policy that cannot be routed by, naming the setting to blame.
+
+    Parameters
+    ----------
+    setting : str
+        ``"cost_weight"``, ``"min_probability"`` or ``"budget"``.
+    message : str
     """
-    settings = {
-        "cost_weight": cost_weight,
-        "min_probability": min_probability,
-        "budget": budget,
+
+    def __init__(self, setting, message):
+        super().__init__(message)
+        self.setting = setting
+
+
+def policy_constraint(name):
+    """Return the scikit-learn parameter constraint of a policy setting."""
+    low, high = POLICY_BOUNDS[name]
+    if high == math.inf:
+        return RealInterval(numbers.Real, low, None, closed="left")
+    return RealInterval(numbers.Real, low, high, closed="both")
+
+
+def check_policy(
+    cost_weight=None,
+    min_probability=None,
+    budget=None,
+    *,
+    has_costs,
+    has_budget_curve=True,
+    weight_needs_costs=True,
+):
+    """Return the policies given (not None), as ``{name: value}``, each checked.
+
+    A policy routes by a weight of cost, a threshold on the probability of a
+    correct answer, or a budget; at most one is given. Each is a finite number
+    within :data:`POLICY_BOUNDS` (``True`` is not 1, ``"0.5"`` not 0.5). A
+    threshold, a budget and a weight other than 0 route by the models' costs.
+
+    Parameters
+    ----------
+    cost_weight, min_probability, budget : float or None
+    has_costs : bool
+        Whether the router has costs.
+    has_budget_curve : bool, default=True
+        Whether the router has the held-out curve a call's budget chooses its
+        weight from (a router fitted with a budget).
+    weight_needs_costs : bool, default=True
+        False for a router's own ``cost_weight``, which is ignored without
+        costs.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    PolicyError
+    """
+    given = {
+        name: value
+        for name, value in zip(POLICY_BOUNDS, (cost_weight, min_probability, budget))
+        if value is not None
     }
-    return {name: value for name, value in settings.items() if value is not None}
+    for name, value in given.items():
+        low, high = POLICY_BOUNDS[name]
+        if (
+            isinstance(value, bool | np.bool_)
+            or not isinstance(value, numbers.Real)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
+            bound = (
+                f"a finite number of at least {low:g}"
+                if high == math.inf
+                else f"in [{low:g}, {high:g}]"
+            )
+            raise PolicyError(name, f"{name}={value!r} must be {bound}")
+    if len(given) > 1:
+        settings = " and ".join(f"{name}={value!r}" for name, value in given.items())
+        raise PolicyError(
+            list(given)[-1],
+            f"{settings}: give one policy (a weight of cost, a threshold or a "
+            "budget), not several",
+        )
+    for name, value in given.items():
+        needs_costs = value != 0 if name == "cost_weight" else True
+        if name == "cost_weight" and not weight_needs_costs:
+            needs_costs = False
+        if needs_costs and not has_costs:
+            raise PolicyError(
+                name,
+                f"{name}={value!r} routes by the models' costs, which the router "
+                "was fitted without",
+            )
+        if name == "budget" and not has_budget_curve:
+            raise PolicyError(
+                name,
+                f"budget={value!r} chooses a weight of cost from the held-out "
+                "curve of a router fitted with a budget; this one was fitted "
+                "without",
+            )
+    return given
 
 
 def check_cost_matrix(cost, shape):

@@ -138,11 +138,12 @@ def test_route_takes_a_threshold(client, pool):
     unbudgeted = client.post("/route", json={"queries": queries, "budget": 3})
     assert unbudgeted.status_code == 422
     assert _errors(unbudgeted)[0][0] == ("body", "budget")
-    assert "fitted without a budget" in _errors(unbudgeted)[0][1]
+    assert "this one was fitted without" in _errors(unbudgeted)[0][1]
     assert _errors(both) == [
         (
             ("body", "min_probability"),
-            "give one policy per request, not cost_weight and min_probability",
+            "cost_weight=0.0 and min_probability=0.6: give one policy (a weight of "
+            "cost, a threshold or a budget), not several",
         )
     ]
 
@@ -245,14 +246,14 @@ def test_onboarding_and_removal_change_only_the_pool(pool):
             {"queries": ["q00001"], "cost_weight": -1},
             422,
             ("body", "cost_weight"),
-            "greater than or equal to 0",
+            "cost_weight=-1.0 must be a finite number of at least 0",
         ),
         (
             "/route",
             {"queries": ["q00001"], "min_probability": 1.5},
             422,
             ("body", "min_probability"),
-            "less than or equal to 1",
+            "min_probability=1.5 must be in [0, 1]",
         ),
         (
             "/predict",

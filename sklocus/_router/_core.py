@@ -15,7 +15,7 @@ from sklocus._router._exploration import Exploration, check_exploration
 from sklocus._router._exploration import reset as reset_exploration
 from sklocus._router._heads import heads_wanted
 from sklocus._router._locus import Locus, fitted_embedder
-from sklocus._router._policy import call_policy, check_policy, ranking
+from sklocus._router._policy import call_policy, ranking
 from sklocus._router._rows import model_rows
 from sklocus._router._score import RoutingScoreMixin
 from sklocus._router._scoring import (
@@ -33,6 +33,7 @@ from sklocus._router._tables import (
     pool_of_table,
     selected,
 )
+from sklocus._routing import check_policy, policy_constraint
 from sklocus._sklearn_compat import HasMethods, Interval, StrOptions
 from sklocus._validation import RealInterval, check_count
 from sklocus._versioning import VersionStampMixin
@@ -204,9 +205,9 @@ class LocusRouter(
 
     _parameter_constraints = {
         "embedder": [HasMethods(["fit", "transform"]), None],
-        "cost_weight": [RealInterval(numbers.Real, 0, None, closed="left")],
-        "min_probability": [RealInterval(numbers.Real, 0, 1, closed="both"), None],
-        "budget": [RealInterval(numbers.Real, 0, None, closed="left"), None],
+        "cost_weight": [policy_constraint("cost_weight")],
+        "min_probability": [policy_constraint("min_probability"), None],
+        "budget": [policy_constraint("budget"), None],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
         "group_shrinkage": [RealInterval(numbers.Real, 0, None, closed="neither")],
         "query_clusters": [
@@ -333,8 +334,14 @@ class LocusRouter(
         ``evaluation_sets`` is a :class:`~sklocus.evaluations.RaggedEvaluations`;
         ``scores`` is ``(n_queries, n_models)``, NaN where unobserved.
         """
-        if self.min_probability is not None or self.budget is not None:
-            check_policy(self.cost_weight, self.min_probability, self.budget, cost)
+        # The router's own weight is ignored without costs; 0 is no policy.
+        check_policy(
+            self.cost_weight or None,
+            self.min_probability,
+            self.budget,
+            has_costs=cost is not None,
+            weight_needs_costs=False,
+        )
         heads_on = heads_wanted(self, len(names))  # refuses heads without a LOCUS
         check_exploration(self)
         self.embedder_ = fitted_embedder(self.embedder, evaluation_sets)

@@ -9,7 +9,6 @@ hold unless a call gives its own.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -18,46 +17,11 @@ from sklocus._budget import held_out_curve, weight_within
 from sklocus._router._rows import ModelRows
 from sklocus._routing import (
     best_models,
+    check_policy,
     cost_utilities,
-    policies_given,
     threshold_utilities,
 )
 from sklocus.evaluations import check_evaluation_sets, to_matrix
-
-
-def check_number(value, name, *, high):
-    """Refuse a setting of one call that is not a number in [0, high]."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not 0 <= value <= high
-        or value == np.inf
-    ):
-        bound = "a finite number of at least 0" if high == np.inf else f"in [0, {high}]"
-        raise ValueError(f"{name}={value!r} must be {bound}")
-
-
-def check_policy(cost_weight, min_probability, budget, cost):
-    """Refuse a threshold or a budget without costs, or beside another policy."""
-    given = {}
-    if cost_weight:
-        given["cost_weight"] = cost_weight
-    if min_probability is not None:
-        given["min_probability"] = min_probability
-    if budget is not None:
-        given["budget"] = budget
-    if len(given) > 1:
-        settings = " and ".join(f"{name}={value!r}" for name, value in given.items())
-        raise ValueError(
-            f"{settings}: a router routes by one policy (a weight of cost, a "
-            "threshold or a budget); leave the others at their defaults"
-        )
-    if cost is None:
-        name, value = next(iter(given.items()))
-        raise ValueError(
-            f"{name}={value!r} routes by the models' costs, which the router does "
-            "not have: give cost"
-        )
 
 
 def call_policy(router, cost_weight, min_probability, budget=None):
@@ -65,34 +29,21 @@ def call_policy(router, cost_weight, min_probability, budget=None):
 
     A call's own setting replaces the router's policy; unset, the router's
     holds. A budget routes by the weight it chooses from ``budget_curve_``.
+    Checked by :func:`~sklocus._routing.check_policy`.
     """
-    given = [
-        f"{name}={value!r}"
-        for name, value in policies_given(cost_weight, min_probability, budget).items()
-    ]
-    if len(given) > 1:
-        raise ValueError(f"{' and '.join(given)}: give one policy per call")
-    if budget is not None:
-        check_number(budget, "budget", high=np.inf)
-        if router.budget_curve_ is None:
-            raise ValueError(
-                f"budget={budget!r}: a call chooses its weight of cost from the "
-                "held-out curve of a router fitted with a budget, and this one "
-                "was fitted without"
-            )
+    given = check_policy(
+        cost_weight,
+        min_probability,
+        budget,
+        has_costs=router.cost_ is not None,
+        has_budget_curve=router.budget_curve_ is not None,
+    )
+    if "budget" in given:
         weight, _ = weight_within(router.budget_curve_, budget)
         return weight, None
-    if cost_weight is not None:
-        check_number(cost_weight, "cost_weight", high=np.inf)
-        if cost_weight and router.cost_ is None:
-            raise ValueError(
-                f"cost_weight={cost_weight!r} needs costs, but the router was "
-                "fitted without them"
-            )
+    if "cost_weight" in given:
         return cost_weight, None
-    if min_probability is not None:
-        check_number(min_probability, "min_probability", high=1)
-        check_policy(0, min_probability, None, router.cost_)
+    if "min_probability" in given:
         return 0, min_probability
     if router.budget_cost_weight_ is not None:
         return router.budget_cost_weight_, None

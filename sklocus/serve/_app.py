@@ -97,27 +97,27 @@ class RouteRequest(_Strict):
     exclude: list[ModelName] | None = Field(
         default=None, description="models not to route to"
     )
+    # The policy's bounds are checked by the router's own rule
+    # (sklocus._routing.check_policy), the one definition of them.
     cost_weight: float | None = Field(
         default=None,
-        ge=0,
         allow_inf_nan=False,
-        description="weight of cost for this request; the router's by default",
+        description="weight of cost for this request, at least 0; the router's "
+        "by default",
     )
     min_probability: float | None = Field(
         default=None,
-        ge=0,
-        le=1,
         allow_inf_nan=False,
-        description="route to the cheapest model whose probability of a correct "
-        "answer is at least this, or to the likeliest when none is; not with "
-        "cost_weight",
+        description="in [0, 1]: route to the cheapest model whose probability of a "
+        "correct answer is at least this, or to the likeliest when none is; not "
+        "with cost_weight",
     )
     budget: float | None = Field(
         default=None,
-        ge=0,
         allow_inf_nan=False,
-        description="a mean cost per query: route with the weight of cost the "
-        "router's held-out curve gives for it (a router fitted with a budget)",
+        description="a mean cost per query, at least 0: route with the weight of "
+        "cost the router's held-out curve gives for it (a router fitted with a "
+        "budget)",
     )
     k: int | None = Field(
         default=None, ge=1, description="models listed per query (default up to 3)"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-import math
 import numbers
 import os
 import sqlite3
@@ -43,7 +42,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
 from sklocus._router._learnt_groups import named_groups
-from sklocus._routing import cost_rescaling, policies_given
+from sklocus._routing import PolicyError, check_policy, cost_rescaling
 from sklocus._validation import check_count
 from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
@@ -378,44 +377,16 @@ class RouterService(LearningFromOutcomes):
                 ("k",),
                 f"k={k}; expected 1 to {available}, the models available",
             )
-        if cost_weight is not None:
-            if not math.isfinite(cost_weight) or cost_weight < 0:
-                raise RequestError(
-                    ("cost_weight",),
-                    f"cost_weight={cost_weight}; expected a finite number of at "
-                    "least 0",
-                )
-            if cost_weight and router.cost_ is None:
-                raise RequestError(("cost_weight",), "the router has no costs to weigh")
-        given = list(policies_given(cost_weight, min_probability, budget))
-        if len(given) > 1:
-            raise RequestError(
-                (given[-1],), f"give one policy per request, not {' and '.join(given)}"
+        try:
+            check_policy(
+                cost_weight,
+                min_probability,
+                budget,
+                has_costs=router.cost_ is not None,
+                has_budget_curve=router.budget_curve_ is not None,
             )
-        if budget is not None:
-            if not math.isfinite(budget) or budget < 0:
-                raise RequestError(
-                    ("budget",),
-                    f"budget={budget}; expected a finite number of at least 0",
-                )
-            if router.budget_curve_ is None:
-                raise RequestError(
-                    ("budget",),
-                    "the router was fitted without a budget, whose held-out curve "
-                    "a request's budget chooses from",
-                )
-        if min_probability is not None:
-            if not 0 <= min_probability <= 1:
-                raise RequestError(
-                    ("min_probability",),
-                    f"min_probability={min_probability}; expected a number in [0, 1]",
-                )
-            if router.cost_ is None:
-                raise RequestError(
-                    ("min_probability",),
-                    "the router has no costs: a threshold routes to the cheapest "
-                    "model that reaches it",
-                )
+        except PolicyError as error:
+            raise RequestError((error.setting,), str(error)) from None
         try:
             models, probabilities = router_thread.call(
                 router.rank_models,
