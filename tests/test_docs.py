@@ -6,6 +6,7 @@ The build renders the example gallery without running the examples
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,26 @@ def test_every_public_name_has_a_page(site):
         if not any((generated / f"{page}.html").is_file() for page in pages):
             missing.append(f"{module}.{name}")
     assert not missing, f"public names without an API page: {missing}"
+
+
+# A commit's short hash (with a digit in it) after "commit", "at", "since"...,
+# or alone in brackets.
+_COMMIT = re.compile(
+    r"(\b(?:commits?|at|since|predate|before|after)\s+|\()(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
+)
+
+
+def test_the_user_guide_and_docstrings_name_no_commit():
+    # They say what holds now; what was measured at which commit is recorded in
+    # docs/research and the performance pages.
+    places = [
+        ROOT / "README.md",
+        *sorted((DOCS / "user_guide").glob("*.*")),
+        *sorted((ROOT / "sklocus").rglob("*.py")),
+    ]
+    for path in places:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, 1):
+            assert not _COMMIT.search(line), (
+                f"{path.relative_to(ROOT)}:{number} names a commit: {line.strip()[:120]}"
+            )

@@ -22,7 +22,7 @@ files, and where it was found (the files themselves could not be opened here):
     ``model_id``, ``model_name`` (names such as ``microsoft__phi-2``). Source:
     ``src/irteval/prepare.py`` above, which sorts it by ``model_id``.
 
-The file list is the dataset's tree at ``main`` (huggingface.co, commit 266ae3e) and
+The file list is the dataset's tree at ``main`` (huggingface.co, revision 266ae3e) and
 the authors' ``download_data.py``; the ``*.pth`` tensors there are not needed.
 
 The paper (arXiv:2410.02223) splits the *questions* 80/10/10 at random into train,
