@@ -20,7 +20,6 @@ import datetime
 import gc
 import json
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,9 +37,22 @@ from sklocus import LocusEmbedder, LocusRouter
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 
-# The tests' smallest network and pool (tests/tiny.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tiny import TINY_NETWORK, TINY_POOL  # noqa: E402
+# The smallest network and pool that exercise every part of a model file:
+# what is attacked is the file, not what the network learnt.
+TINY_NETWORK = dict(
+    embedding_dim=8,
+    n_latents=4,
+    n_layers=1,
+    n_heads=2,
+    predictor_hidden=8,
+    encoder_sizes=(8, 32),
+    max_epochs=1,
+    epoch_size=1,
+    random_state=0,
+)
+TINY_POOL = dict(
+    n_models=12, n_queries=120, evals_per_model=(30, 80), query_dim=8, random_state=0
+)
 
 ODD_VALUES = [None, True, -1, 0, 2**62, 1e308, -0.5, "", "x" * 40, [1, 2], {}]
 

@@ -12,9 +12,9 @@ client on 127.0.0.1 routing one new text at a time, p50 and p99:
   loopback addresses for ``--seconds`` each:
 
   - malformed requests: 200 connections from 127.0.0.2, each sending randomly
-    malformed requests (tests/hostile_requests.py: each breaks one rule, so
-    each must get a 4xx) as fast as they are answered, and opening a new
-    connection whenever the server closes one;
+    malformed requests (``malformed``: each breaks one rule, so each must get
+    a 4xx) as fast as they are answered, and opening a new connection
+    whenever the server closes one;
   - large bodies: 200 connections from 127.0.0.2, each sending 7 MB bodies
     without the token to ``POST /feedback``, ``POST /models`` and
     ``POST /route``, again and again;
@@ -33,11 +33,11 @@ import argparse
 import asyncio
 import datetime
 import importlib.util
+import json
 import multiprocessing
 import os
 import platform
 import resource
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -54,9 +54,6 @@ from sklearn.frozen import FrozenEstimator
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.encoders import SentenceEncoder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from hostile_requests import Malformed  # noqa: E402
 
 N_MODELS, N_QUERIES, EVALS_PER_MODEL = 100, 400, 128
 MAX_EVALUATIONS = 2_000
@@ -88,6 +85,41 @@ def build_router(folder):
 
 
 # -- the flooding process ------------------------------------------------------------
+
+
+def malformed(rng, queries, models):
+    """Draw ``(method, path, body)``: a request that breaks one rule.
+
+    A field of the wrong type or out of range, an unknown field, model or
+    route, JSON that is cut short or holds what JSON may not (NaN, a lone
+    surrogate), a body that is not UTF-8. Every one must be answered with a
+    4xx.
+    """
+    query, model = rng.choice(queries), rng.choice(models)
+    route = {"queries": [query], "k": 2}
+    broken = [
+        {**route, "k": 0},
+        {**route, "k": True},
+        {**route, "cost_weight": -1},
+        {**route, "exclude": ["no-such-model"]},
+        {**route, "querys": [query]},
+        {"queries": [query] * 300},
+        {"queries": [7]},
+        {"queries": []},
+    ]
+    kind = int(rng.integers(len(broken) + 6))
+    if kind < len(broken):
+        return "POST", "/route", json.dumps(broken[kind]).encode()
+    good = json.dumps(route)
+    raw = [
+        ("POST", "/route", good[: int(rng.integers(1, len(good)))].encode()),
+        ("POST", "/predict", good[:-1].encode() + b', "k": NaN}'),
+        ("POST", "/route", good.replace('"', '"\\ud800', 1).encode()),
+        ("POST", "/predict", bytes(rng.integers(128, 256, size=64, dtype=np.uint8))),
+        ("DELETE", f"/models/{model}-gone", None),
+        ("POST", "/models", json.dumps({"name": model, "evaluations": {}}).encode()),
+    ]
+    return raw[kind - len(broken)]
 
 
 def raw_request(method, path, content, headers):
@@ -182,17 +214,12 @@ async def flood(kind, port, seconds, queries, models):
     if kind == "malformed":
 
         def draw(seed):
-            malformed = Malformed(
-                queries,
-                models,
-                max_batch=256,
-                max_evaluations=MAX_EVALUATIONS,
-                any_text=True,
-                seed=seed,
-            )
+            rng = np.random.default_rng(seed)
 
             def next_request():
-                return raw_request(*malformed.request()[:4]), b""
+                method, path, body = malformed(rng, queries, models)
+                headers = {"content-type": "application/json"}
+                return raw_request(method, path, body, headers), b""
 
             return next_request
 
@@ -428,7 +455,7 @@ def main():
         "one new text at a time and is timed. Each flood comes from another "
         f"process for {arguments.seconds:.0f} s: {FLOODING_CONNECTIONS} "
         "connections from 127.0.0.2 sending randomly malformed requests "
-        "(tests/hostile_requests.py) as fast as they are answered; "
+        "(each breaking one rule) as fast as they are answered; "
         f"{FLOODING_CONNECTIONS} connections from 127.0.0.2 sending "
         f"{LARGE_BODY / 1e6:.0f} MB bodies without the token to POST /feedback, "
         f"/models and /route; {IDLE_ADDRESSES * IDLE_PER_ADDRESS:,} connections "

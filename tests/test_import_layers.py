@@ -197,3 +197,23 @@ def test_private_scikit_learn_is_imported_in_one_module():
                     f"sklocus/{path.relative_to(PACKAGE)}:{node.lineno} imports "
                     f"{private} from {node.module}; take it from sklocus._sklearn_compat"
                 )
+
+
+def test_the_benchmarks_import_neither_the_research_nor_the_tests():
+    # A benchmark measures speed and scale of the package as installed, alone.
+    root = PACKAGE.parent
+    foreign = {"research", "tests", "conftest"} | {
+        path.stem for path in (root / "tests").glob("*.py")
+    }
+    for path in sorted((root / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in foreign, (
+                    f"benchmarks/{path.name}:{node.lineno} imports {name}"
+                )

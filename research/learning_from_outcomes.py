@@ -25,9 +25,9 @@ train-query evaluations of each model (``onboarded-256``).
 
 Usage::
 
-    python -m benchmarks.learning_from_outcomes DATA_FOLDER --cache FOLDER
+    python -m research.learning_from_outcomes DATA_FOLDER --cache FOLDER
         [--seeds 0 1 2] [--policies ...] [--strength 1.0] [--out FILE.jsonl]
-    python -m benchmarks.learning_from_outcomes --report FILE.jsonl ...
+    python -m research.learning_from_outcomes --report FILE.jsonl ...
         [--figure PNG]
 
 ``--report`` prints the markdown table (mean and sd over runs, two per seed) of
@@ -242,9 +242,9 @@ def report(paths, figure=None):
     lines = [
         "# Learning from outcomes: a router taught by its own routes",
         "",
-        f"Written by `python -m benchmarks.learning_from_outcomes --report {files} "
+        f"Written by `python -m research.learning_from_outcomes --report {files} "
         "--figure docs/research/images/learning-from-outcomes.png` from runs of "
-        f"`python -m benchmarks.learning_from_outcomes DATA_FOLDER` at commit "
+        f"`python -m research.learning_from_outcomes DATA_FOLDER` at commit "
         f"{commits} ({dates}).",
         "",
         "## Protocol",
