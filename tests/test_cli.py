@@ -1210,7 +1210,7 @@ def test_version_and_plain_help(capsys):
 
 
 def test_demo_quick_reports_its_table(tmp_path):
-    run = succeeded(sklocus("demo", "--quick", "--epochs", "2", cwd=tmp_path))
+    run = succeeded(sklocus("demo", "--quick", "--max-epochs", "2", cwd=tmp_path))
     assert "120 synthetic models" in run.stdout
     assert "LOCUS" in run.stdout and "routing" in run.stdout
     # What each column measures, and why training stopped.
@@ -1523,7 +1523,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
             "argument --write-back: needs a router file to write to",
         ),
         (["serve", "missing.sklocus"], "missing.sklocus: no such model file"),
-        (["demo", "--epochs", "0"], "argument --epochs: 0 is out of range"),
+        (["demo", "--max-epochs", "0"], "argument --max-epochs: 0 is out of range"),
         (["embedd"], "invalid choice: 'embedd'"),
     ],
 )

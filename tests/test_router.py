@@ -454,7 +454,9 @@ def test_score_refuses_scores_outside_zero_one(router, problem):
 def test_add_models_refuses_a_bare_string_of_names(router, problem):
     data, *_ = problem
     with pytest.raises(TypeError, match=r"sequence of model names.*'xy'"):
-        _copy(router).add_models(data.evaluation_sets[:2], names="xy", cost=[1, 1])
+        _copy(router).add_models(
+            data.evaluation_sets[:2], model_names="xy", cost=[1, 1]
+        )
 
 
 def test_cross_val_score_with_the_default_cv(problem):

@@ -291,7 +291,7 @@ class LocusRouter(
         return self._fit(*pool)
 
     def fit_evaluations(
-        self, evaluation_sets, names=None, cost=None, query_groups=None
+        self, evaluation_sets, model_names=None, cost=None, query_groups=None
     ):
         """Embed every model from its evaluation set, as :meth:`fit` does from a table.
 
@@ -308,7 +308,7 @@ class LocusRouter(
         evaluation_sets : sequence of mappings
             One mapping from query to score per model, as
             :class:`~sklocus.LocusEmbedder` takes them.
-        names : sequence, default=None
+        model_names : sequence, default=None
             The models' names, distinct strings or integers; ``None`` numbers them
             0 to n_models - 1, as an array ``Y`` does.
         cost : array-like of shape (n_models,) or Series, default=None
@@ -322,7 +322,7 @@ class LocusRouter(
         self
         """
         self._validate_params()
-        ragged, names = pool_of_sets(evaluation_sets, names)
+        ragged, names = pool_of_sets(evaluation_sets, model_names)
         cost = check_cost(cost, names)
         needed = table_needed(self, len(names), query_groups is not None)
         table, groups = dense_table(ragged, query_groups, needed)

@@ -81,7 +81,7 @@ class PoolEditingMixin:
             }
         )
 
-    def add_models(self, evaluation_sets, names, cost=None, query_groups=None):
+    def add_models(self, evaluation_sets, model_names, cost=None, query_groups=None):
         """Onboard models: embed them as ``fit`` does, with no training of LOCUS.
 
         New embeddings are refined as ``refine_steps`` says, and new models get
@@ -92,7 +92,7 @@ class PoolEditingMixin:
         ----------
         evaluation_sets : sequence of mappings
             One mapping from query to score per new model.
-        names : sequence
+        model_names : sequence
             Their names, new to the router and distinct.
         cost : array-like of shape (n_new,), default=None
             Their costs; required when the router has costs, refused otherwise.
@@ -113,7 +113,7 @@ class PoolEditingMixin:
         self
         """
         check_is_fitted(self, "embeddings_")
-        names = check_model_names(names)
+        names = check_model_names(model_names)
         ragged = check_evaluation_sets(
             reusable(evaluation_sets), [str(name) for name in names]
         )

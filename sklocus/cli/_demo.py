@@ -19,9 +19,9 @@ from sklocus.metrics import correctness_accuracy, routing_accuracy
 def run_demo(arguments):
     """Run the demo as the options say."""
     settings = dict(QUICK) if arguments.quick else {}
-    if arguments.epochs is not None:
-        settings["max_epochs"] = arguments.epochs
-    demo(seed=arguments.seed, **settings)
+    if arguments.max_epochs is not None:
+        settings["max_epochs"] = arguments.max_epochs
+    demo(random_state=arguments.random_state, **settings)
     return 0
 
 
@@ -49,7 +49,7 @@ def demo(
     n_queries=1500,
     max_epochs=4,
     epoch_size=4096,
-    seed=0,
+    random_state=0,
     out=sys.stdout,
 ):
     """Train on synthetic models, onboard new ones, and report how well it works.
@@ -66,7 +66,7 @@ def demo(
         Training epochs; early stopping may end sooner.
     epoch_size : int, default=4096
         Model draws per epoch (the embedder's default).
-    seed : int, default=0
+    random_state : int, default=0
         Seeds the data and the training.
     out : file, default=sys.stdout
         Where the report goes.
@@ -80,9 +80,9 @@ def demo(
         n_models=n_models,
         n_queries=n_queries,
         evals_per_model=(128, 768),
-        random_state=seed,
+        random_state=random_state,
     )
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(random_state)
     query_ids = np.array(data.query_ids)
     is_test = np.zeros(n_queries, dtype=bool)
     is_test[rng.choice(n_queries, size=n_queries // 5, replace=False)] = True
@@ -101,7 +101,7 @@ def demo(
         query_encoder=data.encoder,
         max_epochs=max_epochs,
         epoch_size=epoch_size,
-        random_state=seed,
+        random_state=random_state,
         verbose=1,
     )
     start = time.perf_counter()

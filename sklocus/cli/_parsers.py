@@ -770,9 +770,16 @@ def _add_demo_command(commands):
         f"{QUICK['max_epochs']} epochs",
     )
     demo_parser.add_argument(
-        "--seed", type=integer_in(0, 2**32 - 1), default=0, help="random seed"
+        "--random-state",
+        type=integer_in(0, 2**32 - 1),
+        default=0,
+        metavar="N",
+        help="seed of the data and the training (default: 0)",
     )
     demo_parser.add_argument(
-        "--epochs", type=integer_in(1), help="most training epochs (default: 4)"
+        "--max-epochs",
+        type=integer_in(1),
+        metavar="N",
+        help="most training epochs (default: 4)",
     )
     demo_parser.set_defaults(run="_demo:run_demo")
