@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator
 from sklearn.isotonic import IsotonicRegression
 from sklearn.utils.validation import check_is_fitted
 
-from sklocus._sklearn_compat import StrOptions
+from sklocus._sklearn_compat import StrOptions, _fit_context
 from sklocus.metrics import _observed_pairs
 
 __all__ = ["ProbabilityCalibrator"]
@@ -93,6 +93,7 @@ class ProbabilityCalibrator(BaseEstimator):
     def __init__(self, method="isotonic"):
         self.method = method
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, probabilities, scores):
         """Fit the map on predictions and the scores observed for them.
 
@@ -108,7 +109,6 @@ class ProbabilityCalibrator(BaseEstimator):
         -------
         self
         """
-        self._validate_params()
         y, p = _observed_pairs(
             np.atleast_2d(scores), np.atleast_2d(probabilities), "calibration"
         )

@@ -25,7 +25,7 @@ from sklocus._device import resolve_device
 from sklocus._encoding_cache import CACHE_ERRORS, DiskCache, MemoryCache
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import Progress, on_terminal, say
-from sklocus._sklearn_compat import Interval
+from sklocus._sklearn_compat import Interval, _fit_context
 from sklocus._validation import as_item_list
 from sklocus._versioning import VersionStampMixin
 
@@ -178,6 +178,7 @@ class SentenceEncoder(_QueryEncoder):
         self.show_progress = show_progress
         self.texts = texts
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X=None, y=None):
         """Do nothing: the encoder is pre-trained.
 
@@ -190,7 +191,6 @@ class SentenceEncoder(_QueryEncoder):
         -------
         self
         """
-        self._validate_params()
         return self
 
     def transform(self, X):

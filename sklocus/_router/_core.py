@@ -34,7 +34,7 @@ from sklocus._router._tables import (
     selected,
 )
 from sklocus._routing import check_policy, policy_constraint
-from sklocus._sklearn_compat import HasMethods, Interval, StrOptions
+from sklocus._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
 from sklocus._validation import RealInterval, check_count
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
@@ -263,6 +263,8 @@ class LocusRouter(
         tags.target_tags.single_output = False
         return tags
 
+    # The embedder, a parameter, is validated when the router fits it.
+    @_fit_context(prefer_skip_nested_validation=False)
     def fit(self, X, Y, cost=None, query_groups=None):
         """Embed every model from its observed scores.
 
@@ -286,10 +288,10 @@ class LocusRouter(
         -------
         self
         """
-        self._validate_params()
         pool = pool_of_table(X, Y, cost, query_groups)
         return self._fit(*pool)
 
+    @_fit_context(prefer_skip_nested_validation=False)
     def fit_evaluations(
         self, evaluation_sets, model_names=None, cost=None, query_groups=None
     ):
@@ -321,7 +323,6 @@ class LocusRouter(
         -------
         self
         """
-        self._validate_params()
         ragged, names = pool_of_sets(evaluation_sets, model_names)
         cost = check_cost(cost, names)
         needed = table_needed(self, len(names), query_groups is not None)
