@@ -176,7 +176,7 @@ def test_suggest_writes_what_the_library_suggests(workspace, capsys):
     )
     candidates.to_csv(folder / "candidates.csv", index=False)
     arguments = ["model.sklocus", "partial.csv", "candidates.csv", "-o", "next.csv"]
-    arguments += ["--new-model", new, "-k", "6", "--group-column", "benchmark"]
+    arguments += ["--new-model", new, "--n-queries", "6", "--group-column", "benchmark"]
     run = succeeded(
         in_process(
             "suggest", *arguments, "--random-state", "0", cwd=folder, capsys=capsys
@@ -206,7 +206,7 @@ def test_suggest_writes_what_the_library_suggests(workspace, capsys):
             *arguments[:5],
             "--new-model",
             "nobody",
-            "-k",
+            "--n-queries",
             "2",
             cwd=folder,
             capsys=capsys,
@@ -216,7 +216,7 @@ def test_suggest_writes_what_the_library_suggests(workspace, capsys):
     assert "0 evaluated so far, 30 reference models" in stranger.stderr
 
     exhausted = in_process(
-        "suggest", *arguments[:-4], "-k", "141", cwd=folder, capsys=capsys
+        "suggest", *arguments[:-4], "--n-queries", "141", cwd=folder, capsys=capsys
     )
     assert exhausted.returncode == 2
     assert "only 140 of the 150 candidates" in exhausted.stderr
@@ -336,7 +336,7 @@ def test_estimate_and_suggest_read_full_scores(workspace, capsys):
             "anchors.csv",
             "--new-model",
             "fresh",
-            "-k",
+            "--n-queries",
             "12",
             *common,
             "--strategy",

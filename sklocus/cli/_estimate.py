@@ -114,7 +114,7 @@ def run_suggest(arguments):
         chosen = estimator.suggest_queries(
             so_far,
             setting.ids,
-            arguments.k,
+            arguments.n_queries,
             query_groups=setting.groups,
             strategy=arguments.strategy,
         )

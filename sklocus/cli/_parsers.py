@@ -304,10 +304,10 @@ def _add_evaluation_commands(commands):
         "far, and it is left out of the reference models",
     )
     choice.add_argument(
-        "-k",
+        "--n-queries",
         type=integer_in(1),
         default=32,
-        metavar="K",
+        metavar="N",
         help="how many queries to suggest (default: 32)",
     )
     choice.add_argument(
