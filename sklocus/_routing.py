@@ -161,9 +161,8 @@ def check_policy(
             "budget), not several",
         )
     for name, value in given.items():
-        needs_costs = value != 0 if name == "cost_weight" else True
-        if name == "cost_weight" and not weight_needs_costs:
-            needs_costs = False
+        # A weight of 0 routes by probability alone.
+        needs_costs = name != "cost_weight" or (value != 0 and weight_needs_costs)
         if needs_costs and not has_costs:
             raise PolicyError(
                 name,

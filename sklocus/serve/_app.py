@@ -418,6 +418,20 @@ def _validated(model, sent, field, limit):
         ) from None
 
 
+async def _answered_off_the_loop(request, model, counted, answer):
+    """Read the body, then validate it as ``model`` and ``answer`` it on a thread.
+
+    ``counted`` is ``(field, limit)``: the field's items are counted before any
+    is validated (:func:`_validated`).
+    """
+    sent = await request.body()
+
+    def answered():
+        return answer(_validated(model, sent, *counted))
+
+    return await anyio.to_thread.run_sync(answered)
+
+
 def _body_of(model):
     """Return the OpenAPI request body of a route that validates ``model`` itself."""
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
@@ -567,14 +581,14 @@ def create_app(service, *, token=None, limits=None):
     )
     async def onboard(request: Request):
         """Onboard a model from its evaluations (one forward pass)."""
-
-        def onboarded(sent):
-            body = _validated(NewModel, sent, "evaluations", service.max_evaluations)
-            return service.add_model(
+        return await _answered_off_the_loop(
+            request,
+            NewModel,
+            ("evaluations", service.max_evaluations),
+            lambda body: service.add_model(
                 body.name, body.evaluations, body.cost, body.query_groups
-            )
-
-        return await anyio.to_thread.run_sync(onboarded, await request.body())
+            ),
+        )
 
     @app.delete("/models/{name:path}", response_model=Removed, dependencies=authorised)
     def remove(name: str):
@@ -589,14 +603,14 @@ def create_app(service, *, token=None, limits=None):
     )
     async def feedback(request: Request):
         """Keep outcomes of served queries; answered once they are on disk."""
-
-        def kept(sent):
-            body = _validated(FeedbackRequest, sent, "outcomes", service.max_feedback)
-            return service.feedback(
+        return await _answered_off_the_loop(
+            request,
+            FeedbackRequest,
+            ("outcomes", service.max_feedback),
+            lambda body: service.feedback(
                 [outcome.model_dump(exclude_none=True) for outcome in body.outcomes]
-            )
-
-        return await anyio.to_thread.run_sync(kept, await request.body())
+            ),
+        )
 
     @app.get("/health", response_model=Health)
     async def health():
