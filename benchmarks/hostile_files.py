@@ -64,7 +64,7 @@ def peak_rss_mb():
 def save_router(folder):
     data = make_evaluations(**TINY_POOL)
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK))
     router.fit(queries, Y, cost=np.arange(1.0, Y.shape[1] + 1))
     path = folder / "router.sklocus"

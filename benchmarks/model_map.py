@@ -12,7 +12,7 @@ columns, ``models.parquet``, precomputed query encodings; see
 ``sklocus.datasets.load_evaluations``). FILE is an embedder saved with
 ``sklocus.save``, e.g. by ``sklocus fit DATA_FOLDER -o FILE``. The map colours
 models by architecture, groups queries by benchmark, offers portfolios within a
-parameter budget, and measures portfolios on the test split. ``--screenshot``
+total parameter count, and measures portfolios on the test split. ``--screenshot``
 opens the page in headless Chromium (Playwright and Debian's chromium) and saves
 what it shows after clicking the first model.
 """
@@ -68,7 +68,7 @@ def main():
     test = queries.loc[queries["split"] == "test", "query_id"].tolist()
     groups = dict(zip(queries["query_id"], queries["benchmark"]))
     # The leaderboard's -1 marks an unknown size: NaN leaves those models out of
-    # the portfolios within a budget instead of failing the cost check.
+    # the portfolios within a total cost instead of failing the cost check.
     metadata = data.models[["params_b", "arch"]]
     metadata = metadata.assign(params_b=metadata["params_b"].where(lambda p: p > 0))
 

@@ -217,7 +217,8 @@ def measure_device(device, data, queries):
     table = torch.as_tensor(data.query_vectors, device=device)
     codes = torch.arange(N_EVALS, device=device).expand(N_MODELS, -1)
     scores, _ = to_matrix(sets, queries=data.query_ids)
-    scores = torch.as_tensor(scores, dtype=torch.float32, device=device)
+    # A row of evaluations per model, as the encoder reads them.
+    scores = torch.as_tensor(scores.T.copy(), dtype=torch.float32, device=device)
     query_table = torch.as_tensor(
         embedder.query_encoder_.transform(queries), device=device
     )

@@ -56,6 +56,6 @@ sklocus neighbors embeddings.parquet -k 3 --model model-0001
 sklocus duplicates embeddings.parquet -o duplicates.csv
 sklocus clusters embeddings.parquet --n-clusters 8 -o families.csv
 sklocus select embeddings.parquet --method k-center --n-selected 8
-sklocus select embeddings.parquet --method coverage --budget 100 \
+sklocus select embeddings.parquet --method coverage --max-total-cost 100 \
     --cost-column params_b -o portfolio.csv
 cat portfolio.csv

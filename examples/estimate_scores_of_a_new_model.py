@@ -136,7 +136,7 @@ print(f"90% intervals that hold the true score: {np.mean(inside):.2f}")
 # model.
 board = pd.DataFrame(
     {
-        b: 100 * data.probabilities[:, benchmarks == b].mean(axis=1)
+        b: 100 * data.probabilities[benchmarks == b].mean(axis=0)
         for b in sorted(set(benchmarks))
     }
 )

@@ -47,17 +47,17 @@ traffic, test = data.query_ids[:400], data.query_ids[400:]
 # make_evaluations knows each model's true probability of answering each query
 # (no router sees it): routing accuracy as the mean true probability of each
 # test query's chosen model is free of the luck of 0/1 outcomes.
-true_p = data.probabilities[40:, 400:]
+true_p = data.probabilities[400:, 40:]
 
 
 def routing_accuracy(router):
     """Mean true probability, over the test queries, of each one's chosen model."""
     best = router.predict_correctness(test).argmax(axis=1)
-    return true_p[best, np.arange(len(test))].mean()
+    return true_p[np.arange(len(test)), best].mean()
 
 
-print(f"best single model: {true_p.mean(axis=1).max():.3f}")
-print(f"oracle (the best model of each query): {true_p.max(axis=0).mean():.3f}")
+print(f"best single model: {true_p.mean(axis=0).max():.3f}")
+print(f"oracle (the best model of each query): {true_p.max(axis=1).mean():.3f}")
 
 # %%
 # Start from 16 evaluations per model, route, and learn each outcome

@@ -5,7 +5,7 @@ The model map of a pool
 One self-contained HTML file shows a pool of models the way the LOCUS paper's
 page does: a 3-D map of their embeddings to rotate and zoom, each model's
 accuracy by benchmark, its nearest neighbours (click one to follow it) and
-near-duplicates, portfolios of k models (or within a parameter budget) with
+near-duplicates, portfolios of k models (or within a total parameter count) with
 their routing accuracy on held-out queries, and how a model's embedding
 converges as evaluations are added. It needs plotly
 (``pip install "sklocus[report]"``) and opens offline.
@@ -39,7 +39,7 @@ if folder:
     groups = dict(zip(queries["query_id"], queries["benchmark"]))
     test = queries.loc[queries["split"] == "test", "query_id"].tolist()
     # The leaderboard writes -1 where a model's size is unknown: say so with NaN,
-    # which leaves those models out of the portfolios within a budget.
+    # which leaves those models out of the portfolios within a total cost.
     metadata = data.models[["params_b", "arch"]]
     metadata = metadata.assign(params_b=metadata["params_b"].where(lambda p: p > 0))
     color = "arch"
@@ -90,10 +90,10 @@ path = write_map(
     metadata=metadata,
     color=color,
     test_queries=test,
-    cost="params_b",  # portfolios within a parameter budget, too
+    cost="params_b",  # portfolios within a total parameter count, too
     title="A pool of models",
 )
 seconds = time.perf_counter() - start
 print(f"wrote {path} ({path.stat().st_size / 2**20:.1f} MiB) in {seconds:.1f} s")
 print("open it in a browser: click a model, follow its neighbours, choose k")
-print("or a parameter budget")
+print("or a total parameter count")

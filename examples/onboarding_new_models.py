@@ -62,15 +62,15 @@ print(f"{len(seen)} new models embedded from {len(seen[0])} evaluations each")
 #
 # The other 128 evaluations of each new model are held out: the embedding never
 # saw them. ``predict_correctness`` predicts them, and :mod:`sklocus.metrics`
-# measures those predictions against the held-out scores (a models x queries
+# measures those predictions against the held-out scores (a queries x models
 # matrix, NaN where there is nothing to check). The baseline knows only each
 # model's accuracy on its 128 seen queries and predicts it for every query.
 held_out, queries = to_matrix(new_sets, data.query_ids)
-for row, evaluations in enumerate(seen):
-    held_out[row, [data.query_ids.index(query) for query in evaluations]] = np.nan
+for column, evaluations in enumerate(seen):
+    held_out[[data.query_ids.index(query) for query in evaluations], column] = np.nan
 predicted = embedder.predict_correctness(Z_new, queries)
 mean_seen = np.array([np.mean(list(evaluations.values())) for evaluations in seen])
-baseline = np.repeat(mean_seen[:, None], len(queries), axis=1)
+baseline = np.repeat(mean_seen[None, :], len(queries), axis=0)
 
 measures = {
     "accuracy": correctness_accuracy,
@@ -102,7 +102,7 @@ router = LocusRouter(FrozenEstimator(embedder)).fit_evaluations(train_sets, trai
 
 def expected_accuracy(router):
     chosen = [data.model_names.index(name) for name in router.predict(queries)]
-    return data.probabilities[chosen, np.arange(len(queries))].mean()
+    return data.probabilities[np.arange(len(queries)), chosen].mean()
 
 
 before = expected_accuracy(router)

@@ -1,12 +1,12 @@
 """
-A portfolio under a parameter budget
-====================================
+A portfolio within a total parameter count
+==========================================
 
 Serving every model of a pool is rarely affordable. This example picks a few
-models whose parameters fit a budget and which between them cover the pool's
-behaviour, compares three ways of choosing, and measures how well a router over
-each portfolio does on queries no step has seen, against routing over the whole
-pool.
+models whose parameters add up to at most a chosen total and which between them
+cover the pool's behaviour, compares three ways of choosing, and measures how
+well a router over each portfolio does on queries no step has seen, against
+routing over the whole pool.
 """
 
 # %%
@@ -37,7 +37,7 @@ is_test[np.random.default_rng(0).choice(len(is_test), size=200, replace=False)] 
 test_queries = [q for q, test in zip(data.query_ids, is_test) if test]
 train_queries = [q for q, test in zip(data.query_ids, is_test) if not test]
 scores, _ = to_matrix(data.evaluation_sets, data.query_ids)
-Y = pd.DataFrame(scores.T, index=data.query_ids, columns=data.model_names)
+Y = pd.DataFrame(scores, index=data.query_ids, columns=data.model_names)
 Y_train, Y_test = Y.loc[train_queries], Y.loc[test_queries]
 keep = set(train_queries)
 train_sets = [
@@ -62,25 +62,28 @@ params_b = data.params_b  # each model's size, in billions of parameters
 print(f"{len(Z)} models, {params_b.sum():.0f}B parameters in all")
 
 # %%
-# Choose within the budget
-# ------------------------
+# Choose within the total
+# -----------------------
 #
-# :class:`~sklocus.CoverageGreedySelector` adds, while the budget allows, the
-# model that covers the most of the pool per billion parameters; coverage is how
-# close every model of the pool is to its nearest chosen one. The cost arrives
-# as ``fit(Z, cost=...)``. :class:`~sklocus.KCenterSelector` and
+# :class:`~sklocus.CoverageGreedySelector` adds, while ``max_total_cost``
+# allows, the model that covers the most of the pool per billion parameters;
+# coverage is how close every model of the pool is to its nearest chosen one.
+# The cost arrives as ``fit(Z, cost=...)``. :class:`~sklocus.KCenterSelector` and
 # :class:`~sklocus.KMedoidsSelector` know no costs: given as many models as the
 # greedy selector chose, they spread them over the embedding space, whatever
 # the models weigh.
-budget = 60
-greedy = CoverageGreedySelector(budget=budget).fit(Z, cost=params_b)
+max_total_cost = 60
+greedy = CoverageGreedySelector(max_total_cost=max_total_cost).fit(Z, cost=params_b)
 n_selected = len(greedy.selected_indices_)
 selectors = {
     "coverage greedy": greedy,
     "k-center": KCenterSelector(n_selected=n_selected).fit(Z),
     "k-medoids": KMedoidsSelector(n_selected=n_selected, random_state=0).fit(Z),
 }
-print(f"budget: {budget}B parameters; coverage greedy chose {n_selected} models")
+print(
+    f"max total cost: {max_total_cost}B parameters; "
+    f"coverage greedy chose {n_selected} models"
+)
 
 # %%
 # Route over each portfolio
@@ -92,7 +95,7 @@ print(f"budget: {budget}B parameters; coverage greedy chose {n_selected} models"
 # model, over the queries that model was evaluated on. The synthetic data also
 # give each route's expected accuracy, from the true probabilities, on every
 # test query. The best single model (by training accuracy) is the baseline.
-true = data.probabilities[:, is_test]
+true = data.probabilities[is_test]
 
 
 def evaluate(names):
@@ -102,7 +105,7 @@ def evaluate(names):
         "models": len(names),
         "parameters (B)": params_b[[data.model_names.index(n) for n in names]].sum(),
         "routing accuracy": router.score(test_queries, Y_test[names]),
-        "expected accuracy": true[chosen, np.arange(len(test_queries))].mean(),
+        "expected accuracy": true[np.arange(len(test_queries)), chosen].mean(),
     }
 
 

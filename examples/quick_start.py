@@ -64,7 +64,8 @@ print(f"embeddings: {Z.shape}")
 # queries a model was never evaluated on. Here it is compared with the true
 # probabilities the generator drew the answers from.
 probabilities = embedder.predict_correctness(Z, data.query_ids)
-print(pd.DataFrame(probabilities[:3, :5], columns=data.query_ids[:5]).round(2))
+shown = probabilities[:5, :3]  # a row per query, a column per model
+print(pd.DataFrame(shown, index=data.query_ids[:5], columns=data.model_names[:3]))
 correlation = np.corrcoef(probabilities.ravel(), data.probabilities.ravel())[0, 1]
 print(f"correlation of predicted and true P(correct): {correlation:.2f}")
 
@@ -119,9 +120,9 @@ print("routes of the first five queries:", list(router.predict(queries[:5])))
 # How good are the routes? The true probabilities give each route's expected
 # accuracy; compare it with sending every query to the single best model, and
 # with an oracle that knows the best model for each query.
-true = data.probabilities  # models x queries
+true = data.probabilities  # a row per query, a column per model
 chosen = [data.model_names.index(name) for name in router.predict(queries)]
-routed = true[chosen, np.arange(len(queries))].mean()
+routed = true[np.arange(len(queries)), chosen].mean()
 print(f"expected accuracy, routed:     {routed:.3f}")
-print(f"expected accuracy, best model: {true.mean(axis=1).max():.3f}")
-print(f"expected accuracy, oracle:     {true.max(axis=0).mean():.3f}")
+print(f"expected accuracy, best model: {true.mean(axis=0).max():.3f}")
+print(f"expected accuracy, oracle:     {true.max(axis=1).mean():.3f}")

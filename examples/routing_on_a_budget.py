@@ -61,12 +61,13 @@ print(f"query heads' weight against LOCUS: {router.head_blend_:.2f}")
 # the best mean score it reaches at each mean cost. Mixing models at random
 # reaches the straight lines between single models; AIQ is the mean height of a
 # frontier between the cheapest and the dearest model's cost.
-scores = np.array([[e[q] for q in test_ids] for e in data.evaluation_sets])
+# A row per question and a column per model, as sklocus.metrics takes them.
+scores = np.array([[e[q] for e in data.evaluation_sets] for q in test_ids])
 length = data.queries.set_index("query_id").loc[test_ids, "query"].str.len()
-cost = price.to_numpy()[:, None] * length.to_numpy()[None, :] / 1e6
-probabilities = router.predict_correctness(test_ids).T
+cost = length.to_numpy()[:, None] * price.to_numpy()[None, :] / 1e6
+probabilities = router.predict_correctness(test_ids)
 
-model_costs, model_qualities = cost.mean(axis=1), scores.mean(axis=1)
+model_costs, model_qualities = cost.mean(axis=0), scores.mean(axis=0)
 span = (model_costs.min(), model_costs.max())
 best = int(np.argmax(model_qualities))
 costs, qualities, _ = cost_quality_curve(scores, probabilities, cost)
@@ -93,10 +94,10 @@ print(
 for budget in (0.15, 0.3, 0.6):
     routes = router.predict(test_ids, budget=budget)
     chosen = pd.Index(data.model_names).get_indexer(routes)
-    columns = np.arange(len(test_ids))
+    rows = np.arange(len(test_ids))
     print(
         f"budget {budget}: mean price {price.to_numpy()[chosen].mean():.3f}, "
-        f"quality {scores[chosen, columns].mean():.3f}"
+        f"quality {scores[rows, chosen].mean():.3f}"
     )
 
 # %%
@@ -109,6 +110,6 @@ for budget in (0.15, 0.3, 0.6):
 # pool's evaluations; routes by the likeliest model stay as they were.
 calibrated = LocusRouter(FrozenEstimator(router.embedder_), calibration="isotonic")
 calibrated.fit_evaluations(train_sets, data.model_names, cost=price)
-after = calibrated.predict_correctness(test_ids).T
+after = calibrated.predict_correctness(test_ids)
 print(f"ECE before: {expected_calibration_error(scores, probabilities):.3f}")
 print(f"ECE after calibration: {expected_calibration_error(scores, after):.3f}")

@@ -82,7 +82,7 @@ print(f"queries of other models that changed route: {changed}")
 
 def expected_accuracy(names):
     chosen = [data.model_names.index(name) for name in names]
-    return data.probabilities[chosen, np.arange(len(queries))].mean()
+    return data.probabilities[np.arange(len(queries)), chosen].mean()
 
 
 print(f"expected accuracy with {busiest}:    {expected_accuracy(routes):.3f}")

@@ -40,7 +40,7 @@ def held_out_curve(ragged, embeddings, embed, probabilities, cost):
         ``embed(sets)`` embeds a list of ``{query: score}`` dicts as the router does.
     probabilities : callable
         ``probabilities(embeddings, queries, seen)`` gives P(correct), shape
-        ``(n_models, n_queries)``, as the router routes by, where ``seen`` holds
+        ``(n_queries, n_models)``, as the router routes by, where ``seen`` holds
         each model's evaluations the embeddings were built from (empty for a
         model left out), for whatever else the router fits on them.
     cost : ndarray of shape (n_models,)
@@ -72,19 +72,19 @@ def held_out_curve(ragged, embeddings, embed, probabilities, cost):
         z = np.array(embeddings, dtype=np.float32, copy=True)
         z[kept] = embed([seen[i] for i in kept])
         column = {code: j for j, code in enumerate(held)}
-        scores = np.full((n_models, len(held)), np.nan)
+        scores = np.full((len(held), n_models), np.nan)
         for i, (codes, values) in enumerate(sets):
             mine = fold[codes] == half
-            scores[i, [column[c] for c in codes[mine]]] = values[mine]
+            scores[[column[c] for c in codes[mine]], i] = values[mine]
         predicted = np.array(
             probabilities(z, [queries[c] for c in held], seen), copy=True
         )
         left_out = np.setdiff1d(np.arange(n_models), kept)
-        predicted[left_out] = -np.inf  # never chosen: not held out from this half
+        predicted[:, left_out] = -np.inf  # never chosen: not held out from this half
         half_costs, half_qualities, counts = route_points(
             scores,
             predicted,
-            np.broadcast_to(cost[:, None], scores.shape),
+            np.broadcast_to(cost[None, :], scores.shape),
             BUDGET_WEIGHTS,
             cost_utilities,
         )

@@ -12,12 +12,14 @@ its frontier over a range of costs, from the cheapest model's to the dearest's:
 the Average Improvement in Quality, AIQ. Below the cheapest point a router
 reaches, the frontier counts as 0, as RouterBench's own implementation counts it.
 
-Scores and probabilities are ``(n_models, n_queries)``, as everywhere in
-:mod:`sklocus.metrics`; a cost is one number per model, or per model and query
+Scores and probabilities are ``(n_queries, n_models)``, as everywhere in
+:mod:`sklocus.metrics`; a cost is one number per model, or per query and model
 (for prices that depend on the prompt's length).
 """
 
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from sklocus._routing import (
     cost_utilities,
     threshold_utilities,
 )
+from sklocus._sklearn_compat import validate_params
 
 # The weights of cost that cost_quality_curve sweeps by default: 0, a geometric
 # ladder wide enough that its top routes every query to the cheapest model
@@ -35,6 +38,16 @@ from sklocus._routing import (
 _DEFAULT_WEIGHTS = np.concatenate([[0.0], np.geomspace(1e-3, 1e3, 61), [np.inf]])
 
 
+@validate_params(
+    {
+        "scores": ["array-like"],
+        "probabilities": ["array-like"],
+        "cost": ["array-like"],
+        "cost_weights": ["array-like", None],
+        "min_probabilities": ["array-like", None],
+    },
+    prefer_skip_nested_validation=True,
+)
 def cost_quality_curve(
     scores, probabilities, cost, *, cost_weights=None, min_probabilities=None
 ):
@@ -52,11 +65,11 @@ def cost_quality_curve(
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores, NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
-    cost : array-like of shape (n_models,) or (n_models, n_queries)
+    cost : array-like of shape (n_models,) or (n_queries, n_models)
         Each model's cost, or its cost on each query; finite and at least 0.
     cost_weights : array-like of shape (n_weights,), default=None
         The weights, each at least 0 (``inf`` allowed). ``None`` sweeps 0, 61
@@ -78,8 +91,8 @@ def cost_quality_curve(
     Examples
     --------
     >>> from sklocus.metrics import cost_quality_curve
-    >>> scores = [[1, 0, 1], [1, 1, 1]]
-    >>> probabilities = [[0.9, 0.2, 0.8], [0.95, 0.9, 0.9]]
+    >>> scores = [[1, 1], [0, 1], [1, 1]]
+    >>> probabilities = [[0.9, 0.95], [0.2, 0.9], [0.8, 0.9]]
     >>> costs, qualities, _ = cost_quality_curve(
     ...     scores, probabilities, [1.0, 10.0], cost_weights=[0, 0.5, float("inf")])
     >>> costs.tolist(), qualities.round(2).tolist()
@@ -90,7 +103,7 @@ def cost_quality_curve(
     if scores.ndim != 2 or scores.shape != probabilities.shape:
         raise ValueError(
             f"scores have shape {scores.shape} and probabilities "
-            f"{probabilities.shape}; both must be (n_models, n_queries)"
+            f"{probabilities.shape}; both must be (n_queries, n_models)"
         )
     cost = check_cost_matrix(cost, scores.shape)
     if min_probabilities is None:
@@ -131,15 +144,15 @@ def route_points(scores, probabilities, cost, settings, utilities):
     where none has. ``utilities(probabilities, cost, setting)`` is
     :func:`cost_utilities` or :func:`threshold_utilities`.
     """
-    columns = np.arange(scores.shape[1])
+    rows = np.arange(len(scores))
     costs = np.empty(len(settings))
     qualities = np.full(len(settings), np.nan)
     counts = np.zeros(len(settings), dtype=np.int64)
     for i, setting in enumerate(settings):
         chosen = best_models(utilities(probabilities, cost, setting))
-        got = scores[chosen, columns]
+        got = scores[rows, chosen]
         observed = ~np.isnan(got)
-        costs[i] = cost[chosen, columns].mean()
+        costs[i] = cost[rows, chosen].mean()
         counts[i] = observed.sum()
         if counts[i]:
             qualities[i] = got[observed].mean()
@@ -159,6 +172,10 @@ def _check_points(costs, qualities):
     return costs, qualities
 
 
+@validate_params(
+    {"costs": ["array-like"], "qualities": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def quality_cost_frontier(costs, qualities):
     """Return the non-decreasing concave hull of quality-cost points.
 
@@ -206,6 +223,14 @@ def quality_cost_frontier(costs, qualities):
     return hull[:, 0].copy(), hull[:, 1].copy()
 
 
+@validate_params(
+    {
+        "costs": ["array-like"],
+        "qualities": ["array-like"],
+        "budget": [numbers.Real, "array-like"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def quality_at_cost(costs, qualities, budget):
     """Return the frontier's quality at a mean cost per query of ``budget``.
 
@@ -235,6 +260,10 @@ def quality_at_cost(costs, qualities, budget):
     return float(found) if found.ndim == 0 else found
 
 
+@validate_params(
+    {"costs": ["array-like"], "qualities": ["array-like"], "target": [numbers.Real]},
+    prefer_skip_nested_validation=True,
+)
 def cost_at_quality(costs, qualities, target):
     """Return the least mean cost per query at which the frontier reaches ``target``.
 
@@ -265,6 +294,14 @@ def cost_at_quality(costs, qualities, target):
     return float(np.interp(target, hull_qualities, hull_costs))
 
 
+@validate_params(
+    {
+        "costs": ["array-like"],
+        "qualities": ["array-like"],
+        "cost_range": [tuple, list, None],
+    },
+    prefer_skip_nested_validation=True,
+)
 def aiq(costs, qualities, *, cost_range=None):
     """RouterBench's Average Improvement in Quality: the frontier's mean height.
 

@@ -824,20 +824,23 @@ class LocusEmbedder(
         ----------
         embeddings : array-like of shape (n_models, embedding_dim)
             Output of ``transform``.
-        queries : sequence
+        queries : sequence of length n_queries
             Queries understood by the query encoder.
 
         Returns
         -------
-        ndarray of shape (n_models, n_queries), dtype float32
+        ndarray of shape (n_queries, n_models), dtype float32
+            A row per query, as :meth:`LocusRouter.predict_correctness
+            <sklocus.LocusRouter.predict_correctness>` and the ``scores`` of
+            :mod:`sklocus.metrics` have them.
         """
         check_is_fitted(self, "net_")
         embeddings = self._check_embeddings(embeddings)
         queries = as_query_list(queries)
         if not queries:
-            return np.empty((len(embeddings), 0), dtype=np.float32)
+            return np.empty((0, len(embeddings)), dtype=np.float32)
         vectors = self._encode(queries)
-        return self._predict(embeddings, vectors)
+        return np.ascontiguousarray(self._predict(embeddings, vectors).T)
 
     def _predict(self, embeddings, vectors):
         return score_pairs(

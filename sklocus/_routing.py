@@ -13,7 +13,8 @@ import numbers
 
 import numpy as np
 
-from sklocus._validation import RealInterval, cost_violations
+from sklocus._sklearn_compat import Interval
+from sklocus._validation import cost_violations
 
 # Utilities this close to a query's best count as tied with it. A set embedded in
 # another batch, or a row in another place of a GPU matrix product, rounds
@@ -35,34 +36,34 @@ def best_models(utilities):
 
     Parameters
     ----------
-    utilities : array-like of shape (n_models, n_queries)
+    utilities : array-like of shape (n_queries, n_models)
         Each model's utility for each query; ``-inf`` rules a model out.
 
     Returns
     -------
     ndarray of shape (n_queries,), int
-        The row of the chosen model for each query.
+        The column of the chosen model for each query.
 
     Examples
     --------
     >>> from sklocus.metrics import best_models
-    >>> best_models([[0.9, 0.6, 0.5], [0.2, 0.7, 0.5 + 1e-9]])
+    >>> best_models([[0.9, 0.2], [0.6, 0.7], [0.5, 0.5 + 1e-9]])
     array([0, 1, 0])
     """
     utilities = np.asarray(utilities, dtype=np.float64)
-    if utilities.ndim != 2 or utilities.shape[0] == 0:
+    if utilities.ndim != 2 or utilities.shape[1] == 0:
         raise ValueError(
-            f"utilities have shape {utilities.shape}; expected (n_models, n_queries) "
+            f"utilities have shape {utilities.shape}; expected (n_queries, n_models) "
             "with at least one model"
         )
     if np.isnan(utilities).any():
-        model, query = np.argwhere(np.isnan(utilities))[0]
+        query, model = np.argwhere(np.isnan(utilities))[0]
         raise ValueError(
             f"the utility of model {model} for query {query} is NaN; a route needs "
             "a number for every model (-inf rules one out)"
         )
-    best = utilities.max(axis=0, keepdims=True)
-    return np.argmax(utilities >= best - TIE_TOLERANCE, axis=0)
+    best = utilities.max(axis=1, keepdims=True)
+    return np.argmax(utilities >= best - TIE_TOLERANCE, axis=1)
 
 
 # The routing policies, with their bounds: the one definition that a router's
@@ -94,8 +95,8 @@ def policy_constraint(name):
     """Return the scikit-learn parameter constraint of a policy setting."""
     low, high = POLICY_BOUNDS[name]
     if high == math.inf:
-        return RealInterval(numbers.Real, low, None, closed="left")
-    return RealInterval(numbers.Real, low, high, closed="both")
+        return Interval(numbers.Real, low, None, closed="left")
+    return Interval(numbers.Real, low, high, closed="both")
 
 
 def check_policy(
@@ -180,7 +181,7 @@ def check_policy(
 
 
 def check_cost_matrix(cost, shape):
-    """Return ``cost`` as float64 of shape ``shape`` ``(n_models, n_queries)``.
+    """Return ``cost`` as float64 of shape ``shape`` ``(n_queries, n_models)``.
 
     One cost per model is broadcast over the queries. Costs are finite and at
     least 0, as :func:`sklocus._validation.check_costs` has them.
@@ -189,19 +190,19 @@ def check_cost_matrix(cost, shape):
         cost = np.asarray(cost, dtype=np.float64)
     except (TypeError, ValueError) as error:
         raise type(error)(f"cost must be numbers: {error}") from None
-    n_models, n_queries = shape
+    n_queries, n_models = shape
     if cost.shape == (n_models,):
-        cost = np.broadcast_to(cost[:, None], shape)
+        cost = np.broadcast_to(cost[None, :], shape)
     elif cost.shape != shape:
         raise ValueError(
             f"cost has shape {cost.shape}; expected one cost per model, "
-            f"({n_models},), or one per model and query, {shape}"
+            f"({n_models},), or one per query and model, {shape}"
         )
     bad = cost_violations(cost)
     if bad.any():
-        model, query = np.argwhere(bad)[0]
+        query, model = np.argwhere(bad)[0]
         raise ValueError(
-            f"cost of model {model} on query {query} is {cost[model, query]}; "
+            f"cost of model {model} on query {query} is {cost[query, model]}; "
             "costs must be finite and at least 0"
         )
     return cost
@@ -220,22 +221,22 @@ def cost_utilities(probabilities, cost, cost_weight):
 
     Parameters
     ----------
-    probabilities : ndarray of shape (n_models, n_queries)
-    cost : ndarray of shape (n_models, n_queries)
+    probabilities : ndarray of shape (n_queries, n_models)
+    cost : ndarray of shape (n_queries, n_models)
         Checked costs (:func:`check_cost_matrix`).
     cost_weight : float
         At least 0, or ``inf``.
 
     Returns
     -------
-    ndarray of shape (n_models, n_queries), float64
+    ndarray of shape (n_queries, n_models), float64
     """
     probabilities = np.asarray(probabilities, dtype=np.float64)
     if cost_weight == 0:
         return probabilities
     if np.isinf(cost_weight):
         # Cost alone; probability only chooses among the cheapest.
-        cheapest = cost == cost.min(axis=0, keepdims=True)
+        cheapest = cost == cost.min(axis=1, keepdims=True)
         return np.where(cheapest, probabilities, -np.inf)
     largest = cost.max()
     normalised = cost / largest if largest > 0 else cost
@@ -294,15 +295,15 @@ def threshold_utilities(probabilities, cost, min_probability):
 
     Parameters
     ----------
-    probabilities : ndarray of shape (n_models, n_queries)
-    cost : ndarray of shape (n_models, n_queries)
+    probabilities : ndarray of shape (n_queries, n_models)
+    cost : ndarray of shape (n_queries, n_models)
         Checked costs (:func:`check_cost_matrix`).
     min_probability : float
         In [0, 1].
 
     Returns
     -------
-    ndarray of shape (n_models, n_queries), float64
+    ndarray of shape (n_queries, n_models), float64
         Utilities above 1 for models that qualify, the probability for the others;
         the first choice's near-ties keep their probabilities' differences.
     """
@@ -310,14 +311,14 @@ def threshold_utilities(probabilities, cost, min_probability):
     qualifies = probabilities >= min_probability
     # Rank the qualifying models of each query by cost, then probability.
     keys = np.where(qualifies, cost, np.inf)
-    order = np.lexsort((-probabilities, keys), axis=0)
+    order = np.lexsort((-probabilities, keys), axis=1)
+    n_models = probabilities.shape[1]
     rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(len(order))[:, None], axis=0)
-    n_models = len(probabilities)
+    np.put_along_axis(rank, order, np.arange(n_models)[None, :], axis=1)
     # Each qualifying model sits in a band of width 1 above 2, below the band of
     # the model ranked before it; the cheapest's band holds its probability, so
     # that best_models sees near-ties among equally cheap models as ties.
     utilities = np.where(qualifies, 2.0 + (n_models - rank), probabilities)
-    cheapest = qualifies & (keys == keys.min(axis=0, keepdims=True))
+    cheapest = qualifies & (keys == keys.min(axis=1, keepdims=True))
     top = 2.0 + n_models
     return np.where(cheapest, top + probabilities, utilities)

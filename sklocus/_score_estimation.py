@@ -353,7 +353,7 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
             chunk = queries[start : start + _QUERY_CHUNK]
             out[:, start : start + len(chunk)] = self.embedder.predict_correctness(
                 self.reference_embeddings_, chunk
-            )
+            ).T
         return out
 
     def __getstate__(self):

@@ -314,24 +314,24 @@ def coverage_similarity(distances, scale):
 
 
 class CoverageGreedySelector(_BaseSelector):
-    """Choose models within a budget to cover the pool (facility location).
+    """Choose models within a total cost to cover the pool (facility location).
 
     The coverage of a selection ``S`` is the mean over all models of their best
     similarity to ``S``, with similarity ``1 - distance / largest_distance`` in
     [0, 1]. Starting empty, the selector repeatedly adds the affordable model of
-    largest coverage gain per unit cost while the budget allows. As the best single
-    affordable model can beat that greedy run when costs differ, it keeps whichever
-    covers more, which guarantees at least ``(1 - 1/e) / 2`` of the best coverage
-    any selection within the budget achieves, and ``1 - 1/e`` with equal costs
-    (Khuller, Moss and Naor, 1999; Nemhauser, Wolsey and Fisher, 1978).
+    largest coverage gain per unit cost while ``max_total_cost`` allows. As the best
+    single affordable model can beat that greedy run when costs differ, it keeps
+    whichever covers more, which guarantees at least ``(1 - 1/e) / 2`` of the best
+    coverage any selection within ``max_total_cost`` achieves, and ``1 - 1/e`` with
+    equal costs (Khuller, Moss and Naor, 1999; Nemhauser, Wolsey and Fisher, 1978).
 
     Read more in the :ref:`User Guide <portfolios>`.
 
     Parameters
     ----------
-    budget : float
+    max_total_cost : float, default=15
         Largest total cost of the selection. With no ``cost``, every model costs 1
-        and the budget is a number of models.
+        and ``max_total_cost`` is a number of models.
     metric : {"euclidean", "cosine"}, default="euclidean"
 
     Attributes
@@ -351,35 +351,35 @@ class CoverageGreedySelector(_BaseSelector):
     >>> import numpy as np
     >>> from sklocus import CoverageGreedySelector
     >>> Z = np.array([[0.0, 1], [0.1, 1], [1, 0], [1, 0.1]])
-    >>> selector = CoverageGreedySelector(budget=5).fit(Z, cost=[1, 8, 8, 1])
+    >>> selector = CoverageGreedySelector(max_total_cost=5).fit(Z, cost=[1, 8, 8, 1])
     >>> selector.selected_indices_.tolist(), selector.total_cost_
     ([3, 0], 2.0)
     """
 
     _parameter_constraints = {
-        "budget": [Interval(numbers.Real, 0, None, closed="neither")],
+        "max_total_cost": [Interval(numbers.Real, 0, None, closed="neither")],
         "metric": [StrOptions(set(METRICS))],
     }
 
-    def __init__(self, budget=15, *, metric="euclidean"):
-        self.budget = budget
+    def __init__(self, max_total_cost=15, *, metric="euclidean"):
+        self.max_total_cost = max_total_cost
         self.metric = metric
 
     def _check_cost(self, cost, n_models):
         if cost is None:
-            if self.budget < 1:
+            if self.max_total_cost < 1:
                 raise ValueError(
-                    f"budget={self.budget} is below 1: with no cost every model "
-                    "costs 1, so no selection fits; give a budget of at least 1 or "
-                    "the models' costs"
+                    f"max_total_cost={self.max_total_cost} is below 1: with no cost "
+                    "every model costs 1, so no selection fits; give a "
+                    "max_total_cost of at least 1 or the models' costs"
                 )
             return np.ones(n_models)
         # Coverage is gained per unit of cost, so a free model is refused.
         cost = check_costs(cost, list(range(n_models)), positive=True)
-        if cost.min() > self.budget:
+        if cost.min() > self.max_total_cost:
             raise ValueError(
-                f"budget={self.budget} is below every model's cost (the cheapest "
-                f"costs {float(cost.min())}); no selection fits"
+                f"max_total_cost={self.max_total_cost} is below every model's cost "
+                f"(the cheapest costs {float(cost.min())}); no selection fits"
             )
         return cost
 
@@ -405,17 +405,19 @@ class CoverageGreedySelector(_BaseSelector):
         cost = self._check_cost(cost, len(X))
         distances = model_distances(X, metric=self.metric)
         similarity = coverage_similarity(distances, distances.max())
-        selected, self.coverage_ = coverage_greedy(similarity, cost, self.budget)
+        selected, self.coverage_ = coverage_greedy(
+            similarity, cost, self.max_total_cost
+        )
         self._finish(X, selected)
         self.total_cost_ = float(cost[selected].sum())
         return self
 
 
-def coverage_greedy(similarity, cost, budget):
-    """Greedy coverage within a budget, on a precomputed similarity.
+def coverage_greedy(similarity, cost, max_total_cost):
+    """Greedy coverage within a total cost, on a precomputed similarity.
 
     What :class:`CoverageGreedySelector` computes, for callers that choose
-    several selections from one pool (the model map's ladder of budgets) and so
+    several selections from one pool (the model map's ladder of total costs) and so
     compute the similarity once.
 
     Parameters
@@ -425,7 +427,7 @@ def coverage_greedy(similarity, cost, budget):
         stands in for each model.
     cost : ndarray of shape (n_models,)
         Positive costs.
-    budget : float
+    max_total_cost : float
         Largest total cost; at least the cheapest model's cost.
 
     Returns
@@ -435,8 +437,8 @@ def coverage_greedy(similarity, cost, budget):
     coverage : float
         The selection's coverage.
     """
-    selected = _lazy_greedy(similarity, cost, budget)
-    affordable = np.flatnonzero(cost <= budget)
+    selected = _lazy_greedy(similarity, cost, max_total_cost)
+    affordable = np.flatnonzero(cost <= max_total_cost)
     best_single = int(affordable[np.argmax(similarity[:, affordable].sum(axis=0))])
     coverage = _coverage(similarity, selected)
     single = _coverage(similarity, [best_single])
@@ -445,7 +447,7 @@ def coverage_greedy(similarity, cost, budget):
     return selected, coverage
 
 
-def _lazy_greedy(similarity, cost, budget):
+def _lazy_greedy(similarity, cost, max_total_cost):
     """Add the affordable model of largest coverage gain per unit cost, in turn.
 
     Gains only shrink as the selection grows (coverage is submodular), so a gain
@@ -458,13 +460,15 @@ def _lazy_greedy(similarity, cost, budget):
     n_models = len(similarity)
     best = np.zeros(n_models)  # each model's best similarity to the selection
     gains = similarity.sum(axis=0)
-    heap = [(-gains[j] / cost[j], j) for j in range(n_models) if cost[j] <= budget]
+    heap = [
+        (-gains[j] / cost[j], j) for j in range(n_models) if cost[j] <= max_total_cost
+    ]
     heapq.heapify(heap)
     fresh = np.zeros(n_models, dtype=np.int64)  # the step each bound was computed
     selected, spent, step = [], 0.0, 0
     while heap:
         bound, j = heapq.heappop(heap)
-        if cost[j] > budget - spent + 1e-12:
+        if cost[j] > max_total_cost - spent + 1e-12:
             continue  # unaffordable now and at every later step
         if fresh[j] < step:
             gain = np.maximum(similarity[:, j] - best, 0.0).sum()

@@ -7,8 +7,6 @@ import unicodedata
 
 import numpy as np
 
-from sklocus._sklearn_compat import Interval
-
 
 def as_item_list(values, what: str) -> list:
     """Return a 1-D sequence of queries or names as a list.
@@ -139,7 +137,7 @@ def check_costs(values, names, *, what="cost", positive=False, missing=False):
 
     Costs are finite and at least 0: a model may be free (one the team already
     runs). Callers that divide by a cost (coverage per unit of cost, a ladder of
-    budgets) ask for ``positive``; the model map, which shows models whose cost
+    total costs) ask for ``positive``; the model map, which shows models whose cost
     is unknown, allows ``missing`` (NaN).
 
     Parameters
@@ -192,14 +190,3 @@ def cost_violations(values, *, positive=False, missing=False):
     with np.errstate(invalid="ignore"):
         below = values <= 0 if positive else values < 0
         return known & (~np.isfinite(values) | below)
-
-
-class RealInterval(Interval):
-    """scikit-learn's ``Interval`` of reals that refuses booleans.
-
-    ``True`` is a ``numbers.Real`` to Python, and passes ``Interval(Real, ...)``:
-    ``budget=True`` would mean a budget of 1.
-    """
-
-    def is_satisfied_by(self, val):
-        return not isinstance(val, bool | np.bool_) and super().is_satisfied_by(val)

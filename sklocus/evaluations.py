@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import check_random_state
 
-from sklocus._validation import as_item_list, check_count
+from sklocus._sklearn_compat import Interval, validate_params
+from sklocus._validation import as_item_list
 
 __all__ = [
     "RaggedEvaluations",
@@ -704,7 +705,7 @@ def _resolve_duplicates(pair, scores, repeated, rule):
 
 
 def to_matrix(evaluation_sets, queries=None, model_names=None):
-    """Arrange evaluation sets as a models x queries matrix.
+    """Arrange evaluation sets as a queries x models matrix: one column per model.
 
     Read more in the :ref:`User Guide <evaluation_sets>`.
 
@@ -713,26 +714,28 @@ def to_matrix(evaluation_sets, queries=None, model_names=None):
     evaluation_sets : sequence of mappings
         One mapping from query to score per model.
     queries : sequence, default=None
-        The columns, in order. By default the distinct queries of all sets in order of
+        The rows, in order. By default the distinct queries of all sets in order of
         first appearance. When given, evaluations of other queries are left out and
-        queries no set has give all-NaN columns.
+        queries no set has give all-NaN rows.
     model_names : sequence of str, default=None
         Names used in error messages.
 
     Returns
     -------
-    matrix : ndarray of shape (n_models, n_queries), dtype float64
-        Scores, NaN where a model was not evaluated on a query.
+    matrix : ndarray of shape (n_queries, n_models), dtype float64
+        Scores, NaN where a model was not evaluated on a query: the ``Y`` of
+        :meth:`LocusRouter.fit <sklocus.LocusRouter.fit>` and the ``scores`` of
+        :mod:`sklocus.metrics`.
     queries : list
-        The query of each column.
+        The query of each row.
 
     Examples
     --------
     >>> from sklocus.evaluations import to_matrix
     >>> matrix, queries = to_matrix([{"q1": 1, "q2": 0}, {"q2": 1}])
     >>> matrix
-    array([[ 1.,  0.],
-           [nan,  1.]])
+    array([[ 1., nan],
+           [ 0.,  1.]])
     """
     ragged = check_evaluation_sets(evaluation_sets, model_names)
     rows = np.repeat(np.arange(ragged.n_sets), ragged.sizes)
@@ -750,53 +753,53 @@ def to_matrix(evaluation_sets, queries=None, model_names=None):
         columns = lookup[columns]
         kept = columns >= 0
         rows, columns, values = rows[kept], columns[kept], values[kept]
-    matrix = np.full((ragged.n_sets, len(queries)), np.nan)
-    matrix[rows, columns] = values
+    matrix = np.full((len(queries), ragged.n_sets), np.nan)
+    matrix[columns, rows] = values
     return matrix, queries
 
 
 def from_matrix(matrix, queries, model_names=None):
-    """Turn a models x queries matrix into evaluation sets: the inverse of to_matrix.
+    """Turn a queries x models matrix into evaluation sets: the inverse of to_matrix.
 
     Read more in the :ref:`User Guide <evaluation_sets>`.
 
     Parameters
     ----------
-    matrix : array-like of shape (n_models, n_queries)
+    matrix : array-like of shape (n_queries, n_models)
         Scores in [0, 1], NaN where a model was not evaluated on a query.
     queries : sequence of length n_queries
-        The query of each column; distinct.
+        The query of each row; distinct.
     model_names : sequence of str, default=None
         Names used in error messages.
 
     Returns
     -------
     list of dict
-        One ``{query: score}`` dict per row, its observed scores in column order.
+        One ``{query: score}`` dict per column, its observed scores in row order.
 
     Examples
     --------
     >>> import numpy as np
     >>> from sklocus.evaluations import from_matrix
-    >>> from_matrix([[1, 0], [np.nan, 1]], ["q1", "q2"])
+    >>> from_matrix([[1, np.nan], [0, 1]], ["q1", "q2"])
     [{'q1': 1.0, 'q2': 0.0}, {'q2': 1.0}]
     """
     try:
         matrix = np.asarray(matrix, dtype=np.float64)
     except (TypeError, ValueError) as error:
         raise type(error)(
-            f"the matrix must hold numbers (n_models, n_queries): {error}"
+            f"the matrix must hold numbers (n_queries, n_models): {error}"
         ) from None
     queries = as_item_list(queries, "queries")
-    if matrix.ndim != 2 or matrix.shape[1] != len(queries):
+    if matrix.ndim != 2 or matrix.shape[0] != len(queries):
         raise ValueError(
             f"the matrix has shape {matrix.shape} for {len(queries)} queries; "
-            "expected (n_models, n_queries), one column per query"
+            "expected (n_queries, n_models), one row per query"
         )
     observed = ~np.isnan(matrix)
     evaluation_sets = [
-        dict(zip([queries[i] for i in np.flatnonzero(row)], matrix[m, row].tolist()))
-        for m, row in enumerate(observed)
+        dict(zip([queries[i] for i in np.flatnonzero(column)], values[column].tolist()))
+        for values, column in zip(matrix.T, observed.T)
     ]
     check_evaluation_sets(evaluation_sets, model_names)
     return evaluation_sets
@@ -849,6 +852,16 @@ def to_long(
     )
 
 
+@validate_params(
+    {
+        "evaluation_sets": "no_validation",
+        "n": [Interval(numbers.Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "model_names": "no_validation",
+        "shared": ["boolean"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def subsample(evaluation_sets, n, random_state=None, model_names=None, *, shared=False):
     """Draw ``n`` evaluations of each model, without replacement.
 
@@ -886,7 +899,6 @@ def subsample(evaluation_sets, n, random_state=None, model_names=None, *, shared
     >>> same[0].keys() == same[1].keys()
     True
     """
-    check_count(n, "n")
     ragged = check_evaluation_sets(evaluation_sets, model_names)
     rng = check_random_state(random_state)
     rank = rng.permutation(len(ragged.queries)) if shared else None

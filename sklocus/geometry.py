@@ -26,7 +26,8 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import cdist, squareform
 from sklearn.utils import check_random_state
 
-from sklocus._validation import as_item_list, check_count
+from sklocus._sklearn_compat import HasMethods, Interval, StrOptions, validate_params
+from sklocus._validation import as_item_list
 from sklocus.evaluations import subsample
 
 __all__ = [
@@ -42,6 +43,11 @@ __all__ = [
 ]
 
 METRICS = ("euclidean", "cosine")
+# The constraints of the arguments the public functions share, for validate_params.
+_METRIC = [StrOptions(set(METRICS))]
+_COUNT = [Interval(numbers.Integral, 1, None, closed="left")]
+_THRESHOLD = [Interval(numbers.Real, 0, None, closed="right")]  # inf keeps every pair
+_EMBEDDER = [HasMethods(["transform"])]
 # Default thresholds, in units of LocusEmbedder.embedding_scale_ (Euclidean).
 DUPLICATE_THRESHOLD = 1e-4
 STABLE_DUPLICATE_THRESHOLD = 3e-4
@@ -97,12 +103,10 @@ def _unit(embeddings):
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-def _check_metric(metric):
-    if metric not in METRICS:
-        raise ValueError(f"metric={metric!r} is not one of {METRICS}")
-    return metric
-
-
+@validate_params(
+    {"embeddings": ["array-like"], "other": ["array-like", None], "metric": _METRIC},
+    prefer_skip_nested_validation=True,
+)
 def model_distances(embeddings, other=None, *, metric="euclidean"):
     """Distances between models.
 
@@ -142,7 +146,7 @@ def model_distances(embeddings, other=None, *, metric="euclidean"):
     # identical models get exactly 0, which the faster dot-product expansion of
     # scikit-learn does not promise, and near-duplicates, at 1e-4 of a typical
     # distance, keep their digits.
-    if _check_metric(metric) == "euclidean":
+    if metric == "euclidean":
         distances = cdist(embeddings, other, metric="euclidean")
     else:
         distances = 0.5 * cdist(_unit(embeddings), _unit(other), metric="sqeuclidean")
@@ -154,6 +158,10 @@ def model_distances(embeddings, other=None, *, metric="euclidean"):
     return distances
 
 
+@validate_params(
+    {"embeddings": ["array-like"], "k": _COUNT, "metric": _METRIC},
+    prefer_skip_nested_validation=True,
+)
 def nearest_models(embeddings, k=5, *, metric="euclidean"):
     """Each model's ``k`` nearest other models.
 
@@ -182,7 +190,6 @@ def nearest_models(embeddings, k=5, *, metric="euclidean"):
     """
     distances = model_distances(embeddings, metric=metric)
     n_models = len(distances)
-    check_count(k, "k")
     if k > n_models - 1:
         raise ValueError(f"k={k} neighbours asked for, but only {n_models} models")
     np.fill_diagonal(distances, np.inf)
@@ -206,19 +213,22 @@ def _close_pairs(distances, threshold):
     )
 
 
-def _check_threshold(threshold, metric="euclidean", default=None):
-    if threshold is None and default is not None:
-        if metric != "euclidean":
-            raise ValueError(
-                f"threshold=None has a default for metric='euclidean' only; give a "
-                f"threshold for metric={metric!r}"
-            )
-        return default
-    if not isinstance(threshold, numbers.Real) or not threshold > 0:
-        raise ValueError(f"threshold={threshold!r} must be a positive number")
-    return float(threshold)
+def _threshold(threshold, metric, default):
+    """Return the threshold given, or the Euclidean default (cosine has none)."""
+    if threshold is not None:
+        return float(threshold)
+    if metric != "euclidean":
+        raise ValueError(
+            f"threshold=None has a default for metric='euclidean' only; give a "
+            f"threshold for metric={metric!r}"
+        )
+    return default
 
 
+@validate_params(
+    {"embeddings": ["array-like"], "threshold": _THRESHOLD + [None], "metric": _METRIC},
+    prefer_skip_nested_validation=True,
+)
 def find_duplicates(embeddings, threshold=None, *, metric="euclidean"):
     """Pairs of models whose embeddings nearly coincide.
 
@@ -250,10 +260,22 @@ def find_duplicates(embeddings, threshold=None, *, metric="euclidean"):
        first  second  distance
     0      0       1   0.00005
     """
-    threshold = _check_threshold(threshold, metric, DUPLICATE_THRESHOLD)
+    threshold = _threshold(threshold, metric, DUPLICATE_THRESHOLD)
     return _close_pairs(model_distances(embeddings, metric=metric), threshold)
 
 
+@validate_params(
+    {
+        "embedder": _EMBEDDER,
+        "evaluation_sets": "no_validation",
+        "n_evals": _COUNT,
+        "n_resamples": _COUNT,
+        "threshold": _THRESHOLD + [None],
+        "metric": _METRIC,
+        "random_state": ["random_state"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def stable_duplicates(
     embedder,
     evaluation_sets,
@@ -299,8 +321,7 @@ def stable_duplicates(
         Columns ``first``, ``second`` and ``distance`` (the largest over the
         resamples), closest pair first.
     """
-    threshold = _check_threshold(threshold, metric, STABLE_DUPLICATE_THRESHOLD)
-    check_count(n_resamples, "n_resamples")
+    threshold = _threshold(threshold, metric, STABLE_DUPLICATE_THRESHOLD)
     rng = check_random_state(random_state)
     worst = None
     for _ in range(n_resamples):
@@ -310,6 +331,15 @@ def stable_duplicates(
     return _close_pairs(worst, threshold)
 
 
+@validate_params(
+    {
+        "embeddings": ["array-like"],
+        "n_clusters": _COUNT + [None],
+        "distance_threshold": _THRESHOLD + [None],
+        "metric": _METRIC,
+    },
+    prefer_skip_nested_validation=True,
+)
 def cluster_models(
     embeddings, n_clusters=None, *, distance_threshold=None, metric="euclidean"
 ):
@@ -348,20 +378,20 @@ def cluster_models(
     distances = model_distances(embeddings, metric=metric)
     n_models = len(distances)
     if n_models < 2:
-        raise ValueError("clustering needs at least two models")
+        raise ValueError(
+            f"embeddings hold {n_models} model(s); clustering needs at least two"
+        )
     np.fill_diagonal(distances, 0.0)
     linkage = hierarchy.linkage(
         squareform((distances + distances.T) / 2, checks=False), method="average"
     )
     if n_clusters is not None:
-        if isinstance(n_clusters, bool) or not isinstance(n_clusters, numbers.Integral):
-            raise ValueError(f"n_clusters={n_clusters!r} must be an integer")
-        if not 1 <= n_clusters <= n_models:
+        if n_clusters > n_models:
             raise ValueError(f"n_clusters={n_clusters} must lie in [1, {n_models}]")
         raw = hierarchy.fcluster(linkage, n_clusters, criterion="maxclust")
     else:
         raw = hierarchy.fcluster(
-            linkage, _check_threshold(distance_threshold), criterion="distance"
+            linkage, float(distance_threshold), criterion="distance"
         )
     # Number clusters in order of first appearance, so labels read naturally.
     _, first = np.unique(raw, return_index=True)
@@ -369,6 +399,15 @@ def cluster_models(
     return np.array([order[c] for c in raw]), linkage
 
 
+@validate_params(
+    {
+        "profile": [Mapping],
+        "queries_by_benchmark": [Mapping],
+        "n": _COUNT,
+        "random_state": ["random_state"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def profile_evaluation_set(profile, queries_by_benchmark, n=128, random_state=None):
     """Build a synthetic evaluation set with given success rates per benchmark.
 
@@ -403,12 +442,11 @@ def profile_evaluation_set(profile, queries_by_benchmark, n=128, random_state=No
     >>> sum(s for q, s in evaluations.items() if q[0] == "m")
     5.0
     """
-    if not isinstance(profile, Mapping) or not profile:
+    if not profile:
         raise ValueError("profile must be a non-empty mapping {benchmark: accuracy}")
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < len(profile):
+    if n < len(profile):
         raise ValueError(
-            f"n={n!r} must be an integer of at least one evaluation per benchmark "
-            f"({len(profile)})"
+            f"n={n!r} must be at least one evaluation per benchmark ({len(profile)})"
         )
     rng = check_random_state(random_state)
     shares = np.full(len(profile), n // len(profile))
@@ -439,6 +477,19 @@ def profile_evaluation_set(profile, queries_by_benchmark, n=128, random_state=No
     return evaluations
 
 
+@validate_params(
+    {
+        "embedder": _EMBEDDER,
+        "profile": [Mapping],
+        "queries_by_benchmark": [Mapping],
+        "embeddings": ["array-like"],
+        "k": _COUNT,
+        "n": _COUNT,
+        "metric": _METRIC,
+        "random_state": ["random_state"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def search_by_profile(
     embedder,
     profile,
@@ -480,7 +531,6 @@ def search_by_profile(
     distances : ndarray of shape (k,)
     """
     embeddings = check_embeddings(embeddings)
-    check_count(k, "k")
     evaluations = profile_evaluation_set(profile, queries_by_benchmark, n, random_state)
     target = embedder.transform([evaluations])
     distances = model_distances(embeddings, target, metric=metric)[:, 0]
@@ -488,6 +538,10 @@ def search_by_profile(
     return order, distances[order]
 
 
+@validate_params(
+    {"embeddings": ["array-like"], "score_matrix": ["array-like"], "metric": _METRIC},
+    prefer_skip_nested_validation=True,
+)
 def disagreement_correlation(embeddings, score_matrix, *, metric="euclidean"):
     """How well embedding distance tracks behavioural disagreement between models.
 
@@ -500,7 +554,7 @@ def disagreement_correlation(embeddings, score_matrix, *, metric="euclidean"):
     Parameters
     ----------
     embeddings : array-like of shape (n_models, embedding_dim)
-    score_matrix : array-like of shape (n_models, n_queries)
+    score_matrix : array-like of shape (n_queries, n_models)
         Observed scores, NaN where unobserved (see
         :func:`sklocus.evaluations.to_matrix`).
     metric : {"euclidean", "cosine"}, default="euclidean"
@@ -513,11 +567,12 @@ def disagreement_correlation(embeddings, score_matrix, *, metric="euclidean"):
     """
     distances = model_distances(embeddings, metric=metric)
     scores = np.asarray(score_matrix, dtype=np.float64)
-    if scores.ndim != 2 or len(scores) != len(distances):
+    if scores.ndim != 2 or scores.shape[1] != len(distances):
         raise ValueError(
-            f"score_matrix has shape {scores.shape}; expected ({len(distances)}, "
-            "n_queries), one row per model"
+            f"score_matrix has shape {scores.shape}; expected (n_queries, "
+            f"{len(distances)}), one column per model"
         )
+    scores = scores.T  # a model per row, as the distances are
     observed = ~np.isnan(scores)
     correct = np.where(observed, scores >= 0.5, False).astype(np.float64)
     wrong = (observed & ~(scores >= 0.5)).astype(np.float64)

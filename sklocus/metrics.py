@@ -1,11 +1,15 @@
 """How well sklocus predicts correctness and routes queries.
 
-Score matrices are ``(n_models, n_queries)``, NaN where a model was not evaluated on
-a query; probabilities have the same shape. :func:`get_scorer` turns the
+Score matrices are ``(n_queries, n_models)``, a row per query as ``Y`` of
+:meth:`LocusRouter.fit <sklocus.LocusRouter.fit>` and a column per model, NaN where
+a model was not evaluated on a query; probabilities have the same shape, as
+``predict_correctness`` returns them. :func:`get_scorer` turns the
 correctness measures into scorers for ``GridSearchCV`` and ``cross_val_score``.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -25,6 +29,7 @@ from sklocus._routing import (  # noqa: F401
     cost_utilities,
     threshold_utilities,
 )
+from sklocus._sklearn_compat import Interval, StrOptions, validate_params
 
 __all__ = [
     "aiq",
@@ -52,7 +57,7 @@ def _check_pair(scores, probabilities):
     if scores.shape != probabilities.shape:
         raise ValueError(
             f"scores have shape {scores.shape} but probabilities have shape "
-            f"{probabilities.shape}; both must be (n_models, n_queries)"
+            f"{probabilities.shape}; both must be (n_queries, n_models)"
         )
     return scores, probabilities
 
@@ -66,6 +71,10 @@ def _observed_pairs(scores, probabilities, measure):
     return scores[observed], probabilities[observed]
 
 
+@validate_params(
+    {"scores": ["array-like"], "probabilities": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def correctness_accuracy(scores, probabilities):
     """Agreement of thresholded predictions with observed scores.
 
@@ -76,9 +85,9 @@ def correctness_accuracy(scores, probabilities):
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores, NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
 
     Returns
@@ -88,7 +97,7 @@ def correctness_accuracy(scores, probabilities):
     Examples
     --------
     >>> from sklocus.metrics import correctness_accuracy
-    >>> correctness_accuracy([[1, 0, float("nan")]], [[0.9, 0.7, 0.1]])
+    >>> correctness_accuracy([[1], [0], [float("nan")]], [[0.9], [0.7], [0.1]])
     0.5
     """
     scores, probabilities = _observed_pairs(
@@ -102,6 +111,10 @@ def correctness_accuracy(scores, probabilities):
 _EPS = 1e-7
 
 
+@validate_params(
+    {"scores": ["array-like"], "probabilities": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def correctness_log_likelihood(scores, probabilities):
     """Mean log-likelihood of the observed scores under the predicted probabilities.
 
@@ -115,9 +128,9 @@ def correctness_log_likelihood(scores, probabilities):
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
 
     Returns
@@ -127,7 +140,8 @@ def correctness_log_likelihood(scores, probabilities):
     Examples
     --------
     >>> from sklocus.metrics import correctness_log_likelihood
-    >>> round(correctness_log_likelihood([[1, 0, float("nan")]], [[0.5, 0.5, 0.1]]), 3)
+    >>> nan = float("nan")
+    >>> round(correctness_log_likelihood([[1], [0], [nan]], [[0.5], [0.5], [0.1]]), 3)
     -0.693
     """
     s, p = _observed_pairs(scores, probabilities, "the log-likelihood")
@@ -135,6 +149,10 @@ def correctness_log_likelihood(scores, probabilities):
     return float(np.mean(s * np.log(p) + (1 - s) * np.log1p(-p)))
 
 
+@validate_params(
+    {"scores": ["array-like"], "probabilities": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def correctness_brier_score(scores, probabilities):
     """Mean squared difference between the observed scores and the probabilities.
 
@@ -145,9 +163,9 @@ def correctness_brier_score(scores, probabilities):
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
 
     Returns
@@ -157,13 +175,18 @@ def correctness_brier_score(scores, probabilities):
     Examples
     --------
     >>> from sklocus.metrics import correctness_brier_score
-    >>> float(correctness_brier_score([[1, 0, float("nan")]], [[0.5, 0.5, 0.1]]))
+    >>> nan = float("nan")
+    >>> float(correctness_brier_score([[1], [0], [nan]], [[0.5], [0.5], [0.1]]))
     0.25
     """
     s, p = _observed_pairs(scores, probabilities, "the Brier score")
     return float(np.mean((p - s) ** 2))
 
 
+@validate_params(
+    {"scores": ["array-like"], "probabilities": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
 def correctness_roc_auc(scores, probabilities):
     """Area under the ROC curve of the probabilities against correct answers.
 
@@ -174,9 +197,9 @@ def correctness_roc_auc(scores, probabilities):
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
 
     Returns
@@ -186,7 +209,7 @@ def correctness_roc_auc(scores, probabilities):
     Examples
     --------
     >>> from sklocus.metrics import correctness_roc_auc
-    >>> correctness_roc_auc([[1, 0, 1]], [[0.9, 0.2, 0.1]])
+    >>> correctness_roc_auc([[1], [0], [1]], [[0.9], [0.2], [0.1]])
     0.5
     """
     s, p = _observed_pairs(scores, probabilities, "the ROC AUC")
@@ -228,6 +251,9 @@ class _CorrectnessScorer:
         return f"sklocus.metrics.get_scorer({self.name!r})"
 
 
+@validate_params(
+    {"name": [StrOptions(set(_SCORERS))]}, prefer_skip_nested_validation=True
+)
 def get_scorer(name):
     """Return a scorer of predicted correctness, by a scikit-learn scorer name.
 
@@ -261,14 +287,17 @@ def get_scorer(name):
     >>> get_scorer("neg_brier_score")
     sklocus.metrics.get_scorer('neg_brier_score')
     """
-    if name not in _SCORERS:
-        raise ValueError(
-            f"unknown scorer {name!r}; sklocus.metrics.get_scorer knows "
-            f"{', '.join(map(repr, _SCORERS))}"
-        )
     return _CorrectnessScorer(name)
 
 
+@validate_params(
+    {
+        "scores": ["array-like"],
+        "probabilities": ["array-like"],
+        "sample_weight": ["array-like", None],
+    },
+    prefer_skip_nested_validation=True,
+)
 def routing_accuracy(scores, probabilities, *, sample_weight=None):
     """Mean observed score of the model each query is routed to.
 
@@ -282,9 +311,9 @@ def routing_accuracy(scores, probabilities, *, sample_weight=None):
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores, NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer, or any utility to route by
         (``-inf`` rules a model out).
     sample_weight : array-like of shape (n_queries,), default=None
@@ -297,11 +326,11 @@ def routing_accuracy(scores, probabilities, *, sample_weight=None):
     Examples
     --------
     >>> from sklocus.metrics import routing_accuracy
-    >>> routing_accuracy([[1, 0], [0, 1]], [[0.9, 0.6], [0.2, 0.4]])
+    >>> routing_accuracy([[1, 0], [0, 1]], [[0.9, 0.2], [0.6, 0.4]])
     0.5
     """
     scores, probabilities = _check_pair(scores, probabilities)
-    chosen = scores[best_models(probabilities), np.arange(scores.shape[1])]
+    chosen = scores[np.arange(len(scores)), best_models(probabilities)]
     observed = ~np.isnan(chosen)
     if not observed.any():
         raise ValueError(
@@ -320,6 +349,16 @@ def routing_accuracy(scores, probabilities, *, sample_weight=None):
     return float(np.average(chosen[observed], weights=weights))
 
 
+# The arguments of the binned calibration measures.
+_BINNED = {
+    "scores": ["array-like"],
+    "probabilities": ["array-like"],
+    "n_bins": [Interval(numbers.Integral, 1, None, closed="left")],
+    "strategy": [StrOptions({"uniform", "quantile"})],
+}
+
+
+@validate_params(_BINNED, prefer_skip_nested_validation=True)
 def reliability_curve(scores, probabilities, *, n_bins=10, strategy="uniform"):
     """Observed score against predicted probability, bin by bin.
 
@@ -332,9 +371,9 @@ def reliability_curve(scores, probabilities, *, n_bins=10, strategy="uniform"):
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
     n_bins : int, default=10
         Number of bins.
@@ -354,23 +393,15 @@ def reliability_curve(scores, probabilities, *, n_bins=10, strategy="uniform"):
     --------
     >>> from sklocus.metrics import reliability_curve
     >>> predicted, observed, counts = reliability_curve(
-    ...     [[1, 0, 1, 1]], [[0.9, 0.1, 0.8, 0.3]], n_bins=2)
+    ...     [[1], [0], [1], [1]], [[0.9], [0.1], [0.8], [0.3]], n_bins=2)
     >>> predicted.round(3).tolist(), observed.tolist(), counts.tolist()
     ([0.2, 0.85], [0.5, 1.0], [2, 2])
     """
     y, p = _observed_pairs(scores, probabilities, "a reliability curve")
-    if (
-        isinstance(n_bins, bool)
-        or not isinstance(n_bins, int | np.integer)
-        or n_bins < 1
-    ):
-        raise ValueError(f"n_bins={n_bins!r}; expected an integer of at least 1")
     if strategy == "uniform":
         edges = np.linspace(0.0, 1.0, n_bins + 1)
-    elif strategy == "quantile":
-        edges = np.quantile(p, np.linspace(0.0, 1.0, n_bins + 1))
     else:
-        raise ValueError(f"strategy={strategy!r}; expected 'uniform' or 'quantile'")
+        edges = np.quantile(p, np.linspace(0.0, 1.0, n_bins + 1))
     bins = np.clip(np.searchsorted(edges[1:-1], p, side="right"), 0, n_bins - 1)
     counts = np.bincount(bins, minlength=n_bins)
     kept = counts > 0
@@ -379,6 +410,7 @@ def reliability_curve(scores, probabilities, *, n_bins=10, strategy="uniform"):
     return predicted, observed, counts[kept]
 
 
+@validate_params(_BINNED, prefer_skip_nested_validation=True)
 def expected_calibration_error(scores, probabilities, *, n_bins=10, strategy="uniform"):
     """How far predictions are from the rates they predict, on average.
 
@@ -389,9 +421,9 @@ def expected_calibration_error(scores, probabilities, *, n_bins=10, strategy="un
 
     Parameters
     ----------
-    scores : array-like of shape (n_models, n_queries)
+    scores : array-like of shape (n_queries, n_models)
         Observed scores in [0, 1], NaN where unobserved.
-    probabilities : array-like of shape (n_models, n_queries)
+    probabilities : array-like of shape (n_queries, n_models)
         Predicted probabilities of a correct answer.
     n_bins : int, default=10
     strategy : {"uniform", "quantile"}, default="uniform"
@@ -403,8 +435,8 @@ def expected_calibration_error(scores, probabilities, *, n_bins=10, strategy="un
     Examples
     --------
     >>> from sklocus.metrics import expected_calibration_error
-    >>> round(expected_calibration_error([[1, 0, 1, 1]], [[0.9, 0.1, 0.8, 0.3]],
-    ...                                  n_bins=2), 3)
+    >>> round(expected_calibration_error([[1], [0], [1], [1]],
+    ...                                  [[0.9], [0.1], [0.8], [0.3]], n_bins=2), 3)
     0.225
     """
     predicted, observed, counts = reliability_curve(

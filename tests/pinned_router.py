@@ -51,7 +51,7 @@ def pool():
         n_models=10, n_queries=160, evals_per_model=None, query_dim=32, random_state=7
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    table = scores.T.copy()
+    table = scores.copy()
     table[np.random.default_rng(7).random(table.shape) < 0.3] = np.nan
     groups = np.array([f"g{i % 3}" for i in range(len(queries))], dtype=object)
     cost = np.linspace(1.0, 4.0, len(data.model_names))

@@ -160,7 +160,7 @@ def trained():
 def test_a_calibrated_router_applies_its_slope_and_offsets(trained):
     data, embedder = trained
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     assert LocusRouter().calibration is None
     # LOCUS and the pool calibration alone: no clusters of the queries.
     alone = dict(query_heads=False, query_clusters=None)
@@ -171,7 +171,7 @@ def test_a_calibrated_router_applies_its_slope_and_offsets(trained):
     plain = LocusRouter(FrozenEstimator(embedder), calibration=None, **alone)
     plain.fit(queries, Y)
     assert plain.model_offsets_ is None and plain.calibration_slope_ is None
-    uncalibrated = embedder.predict_correctness(plain.embeddings_, queries).T
+    uncalibrated = embedder.predict_correctness(plain.embeddings_, queries)
     np.testing.assert_array_equal(plain.predict_correctness(queries), uncalibrated)
     np.testing.assert_allclose(
         router.predict_correctness(queries),
@@ -211,7 +211,7 @@ def test_where_locus_differences_do_not_hold_models_fall_back_to_their_level(tra
 def test_onboarded_and_removed_models_keep_their_offsets(trained, tmp_path):
     data, embedder = trained
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     # LOCUS and the pool calibration alone: no clusters of the queries.
     alone = dict(query_heads=False, query_clusters=None)
     router = LocusRouter(FrozenEstimator(embedder), calibration="pool", **alone)

@@ -284,7 +284,7 @@ def test_estimate_and_suggest_read_full_scores(workspace, capsys):
     )
     board = pd.DataFrame(
         {
-            g: 20 + 70 * data.probabilities[:, groups == g].mean(axis=1)
+            g: 20 + 70 * data.probabilities[groups == g].mean(axis=0)
             for g in sorted(set(groups))
         }
     )
@@ -381,7 +381,7 @@ def test_feedback_folds_outcomes_as_partial_fit_does(workspace, capsys):
     folder, data, *_ = workspace
     embedder = load_model_file(folder / "model.sklocus")
     scores, queries = to_matrix(data.evaluation_sets[:10])
-    Y = pd.DataFrame(scores.T, columns=data.model_names[:10])
+    Y = pd.DataFrame(scores, columns=data.model_names[:10])
     router = LocusRouter(FrozenEstimator(embedder), refine_steps=5).fit(queries, Y)
     sklocus_save(router, folder / "router.sklocus")
     # Two outcomes of one query and model: both count.
@@ -575,7 +575,7 @@ def test_route_with_a_group_column_corrects_per_group(workspace, capsys):
     scores, pool_queries = to_matrix(data.evaluation_sets)
     router = LocusRouter(FrozenEstimator(embedder)).fit(
         pool_queries,
-        pd.DataFrame(scores.T, columns=data.model_names),
+        pd.DataFrame(scores, columns=data.model_names),
         query_groups=[benchmark[q] for q in pool_queries],
     )
     models, p = router.rank_models(
@@ -653,7 +653,7 @@ def test_neighbors_duplicates_clusters_on_the_embeddings(workspace):
     [
         (["--n-selected", "5"], 5, True),
         (["--method", "k-medoids", "--n-selected", "3"], 3, False),
-        (["--method", "coverage", "--budget", "4"], 4, False),
+        (["--method", "coverage", "--max-total-cost", "4"], 4, False),
     ],
 )
 def test_select_writes_the_portfolio(workspace, options, count, fresh, capsys):
@@ -671,17 +671,17 @@ def test_select_writes_the_portfolio(workspace, options, count, fresh, capsys):
     assert f"Chose {count} of 30 models" in run.stderr
 
 
-def test_select_under_a_budget_of_costs(workspace, capsys):
+def test_select_within_a_max_total_cost(workspace, capsys):
     folder, data, *_ = workspace
-    budget = 3 * float(np.median(data.params_b))
+    max_total_cost = 3 * float(np.median(data.params_b))
     succeeded(
         in_process(
             "select",
             "emb.parquet",
             "--method",
             "coverage",
-            "--budget",
-            budget,
+            "--max-total-cost",
+            max_total_cost,
             "--cost-column",
             "params",
             "-o",
@@ -691,7 +691,7 @@ def test_select_under_a_budget_of_costs(workspace, capsys):
         )
     )
     chosen = pd.read_csv(folder / "chosen.csv")
-    assert chosen["params"].sum() <= budget
+    assert chosen["params"].sum() <= max_total_cost
     cost = dict(zip(data.model_names, data.params_b))
     np.testing.assert_allclose(chosen["params"], [cost[m] for m in chosen["model"]])
 
@@ -1076,11 +1076,11 @@ def test_report_writes_the_model_map(workspace, capsys):
     assert shown["groups"] == [str(b) for b in range(5)]
     assert shown["color"]["by"] == "params"
     assert shown["portfolio"]["full_pool"] is not None
-    budgets = shown["portfolio"]["budgets"]
-    assert budgets["by"] == "params" and budgets["n_priced"] == 30
+    ladder = shown["portfolio"]["cost_ladder"]
+    assert ladder["by"] == "params" and ladder["n_priced"] == 30
     params = dict(zip(data.model_names, data.params_b))
-    for budget, chosen in zip(budgets["values"], budgets["selections"]):
-        assert sum(params[shown["models"][i]] for i in chosen) <= budget
+    for max_total_cost, chosen in zip(ladder["max_total_cost"], ladder["selections"]):
+        assert sum(params[shown["models"][i]] for i in chosen) <= max_total_cost
 
 
 def map_shown(path):
@@ -1138,7 +1138,7 @@ def test_fit_route_and_report_say_the_same_routing_accuracy(workspace, capsys):
     )
     held = [{q: e[q] for q in held_out if q in e} for e in data.evaluation_sets]
     scores, _ = to_matrix(held, queries=held_out)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     assert line.startswith(f"Routing accuracy {router.score(held_out, Y):.1%} on")
 
 
@@ -1466,7 +1466,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
         (["select", "emb.parquet"], "argument --n-selected: required with --method"),
         (
             ["select", "emb.parquet", "--method", "coverage"],
-            "argument --budget: required with --method coverage",
+            "argument --max-total-cost: required with --method coverage",
         ),
         (
             [
@@ -1474,12 +1474,12 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
                 "emb.parquet",
                 "--method",
                 "coverage",
-                "--budget",
+                "--max-total-cost",
                 "1",
                 "--cost-column",
                 "params",
             ],
-            "budget=1.0 is below every model's cost",
+            "max_total_cost=1.0 is below every model's cost",
         ),
         (
             [
@@ -1487,7 +1487,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
                 "emb.parquet",
                 "--method",
                 "coverage",
-                "--budget",
+                "--max-total-cost",
                 "3",
                 "--cost-column",
                 "price",
@@ -1495,8 +1495,8 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
             "emb.parquet: no column 'price'",
         ),
         (
-            ["select", "emb.parquet", "--n-selected", "3", "--budget", "3"],
-            "argument --budget: used by --method coverage only",
+            ["select", "emb.parquet", "--n-selected", "3", "--max-total-cost", "3"],
+            "argument --max-total-cost: used by --method coverage only",
         ),
         (
             [

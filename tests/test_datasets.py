@@ -32,7 +32,7 @@ def test_make_evaluations_is_deterministic():
 def test_make_evaluations_shapes_and_valid_sets(synthetic):
     data = synthetic
     assert len(data.evaluation_sets) == len(data.model_names) == 60
-    assert data.probabilities.shape == (60, 400)
+    assert data.probabilities.shape == (400, 60)  # a row per query
     assert data.query_vectors.shape == (400, 64)
     assert data.benchmarks.shape == (400,) and set(data.benchmarks) == set(range(5))
     sizes = [len(s) for s in data.evaluation_sets]
@@ -53,13 +53,13 @@ def test_make_evaluations_scores_follow_the_probabilities():
         n_models=40, n_queries=300, evals_per_model=None, random_state=0
     )
     row = {q: j for j, q in enumerate(data.query_ids)}
-    observed = np.array([[s[q] for q in data.query_ids] for s in data.evaluation_sets])
+    observed = np.array([[s[q] for s in data.evaluation_sets] for q in data.query_ids])
     assert observed.shape == data.probabilities.shape
     # Mean scores agree with mean probabilities within sampling error (12,000 draws).
     assert abs(observed.mean() - data.probabilities.mean()) < 0.02
     assert row["q00000"] == 0
     # Per-model accuracy tracks the true one.
-    assert np.corrcoef(observed.mean(1), data.probabilities.mean(1))[0, 1] > 0.95
+    assert np.corrcoef(observed.mean(0), data.probabilities.mean(0))[0, 1] > 0.95
 
 
 def test_make_evaluations_plants_duplicates(synthetic):
@@ -72,7 +72,8 @@ def test_make_evaluations_plants_duplicates(synthetic):
         assert data.families[copy] == data.families[source]
         assert data.params_b[copy] == data.params_b[source]
         assert (
-            np.abs(data.probabilities[copy] - data.probabilities[source]).max() < 0.05
+            np.abs(data.probabilities[:, copy] - data.probabilities[:, source]).max()
+            < 0.05
         )
         # A copy is evaluated on its original's queries and nearly always agrees.
         copy_set, source_set = data.evaluation_sets[copy], data.evaluation_sets[source]
@@ -83,7 +84,7 @@ def test_make_evaluations_plants_duplicates(synthetic):
 
 def test_make_evaluations_families_share_behaviour(synthetic):
     data = synthetic
-    logits = np.log(data.probabilities / (1 - data.probabilities))
+    logits = np.log(data.probabilities / (1 - data.probabilities)).T  # per model
     distance = np.linalg.norm(logits[:, None] - logits[None], axis=-1)
     same = data.families[:, None] == data.families[None]
     off_diagonal = ~np.eye(len(distance), dtype=bool)

@@ -194,12 +194,13 @@ def test_sets_of_any_size_and_unseen_queries(fitted, data):
 def test_predict_correctness_gives_probabilities(fitted, data):
     z = fitted.transform(data.evaluation_sets[:4])
     p = fitted.predict_correctness(z, data.query_ids[:7])
-    assert p.shape == (4, 7) and p.dtype == np.float32
+    assert p.shape == (7, 4) and p.dtype == np.float32  # a row per query
+    assert p.flags.c_contiguous
     assert ((p > 0) & (p < 1)).all()
     # Same as scoring one model at a time, up to the rounding of a matrix
     # product that stacks one model rather than four.
     assert_same_probabilities(
-        fitted.predict_correctness(z[2:3], data.query_ids[:7])[0], p[2]
+        fitted.predict_correctness(z[2:3], data.query_ids[:7])[:, 0], p[:, 2]
     )
 
 
@@ -248,7 +249,7 @@ def test_it_learns(trained):
     locus = correctness_accuracy(scores, probabilities)
     own_accuracy = np.array([np.mean(list(s.values())) for s in train_part[new]])
     baseline = correctness_accuracy(
-        scores, np.repeat(own_accuracy[:, None], len(test_queries), axis=1)
+        scores, np.repeat(own_accuracy[None, :], len(test_queries), axis=0)
     )
     # The baseline is 0.601; LOCUS measured 0.627-0.672 over random_state 0-3 (and
     # 0.628 for random_state=0 trained on an H200, whose rounding differs).
@@ -525,7 +526,7 @@ def _held_out_log_likelihood(embedder, sets):
         held = [items[i] for i in order[:n_held]]
         kept = dict(items[i] for i in order[n_held:])
         z = embedder.transform([kept])
-        predicted.append(embedder.predict_correctness(z, [q for q, _ in held])[0])
+        predicted.append(embedder.predict_correctness(z, [q for q, _ in held])[:, 0])
         truth.append(np.array([s for _, s in held]))
     return correctness_log_likelihood(
         np.concatenate(truth)[None], np.concatenate(predicted)[None]
@@ -646,7 +647,8 @@ def test_refinement_fits_a_models_own_evaluations_better(trained):
         losses = []
         for row, evaluations in zip(z, sets):
             queries = list(evaluations)
-            p = embedder.predict_correctness(row[None], queries)[0].clip(1e-6, 1 - 1e-6)
+            p = embedder.predict_correctness(row[None], queries)[:, 0]
+            p = p.clip(1e-6, 1 - 1e-6)
             y = np.array([evaluations[q] for q in queries])
             losses.append(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
         return np.array(losses)
@@ -789,7 +791,7 @@ def test_a_bare_string_of_queries_is_refused_not_split(fitted, data):
 def test_no_queries_give_an_empty_prediction(fitted, data):
     z = fitted.transform(data.evaluation_sets[:2])
     out = fitted.predict_correctness(z, [])
-    assert out.shape == (2, 0) and out.dtype == np.float32
+    assert out.shape == (0, 2) and out.dtype == np.float32
 
 
 def test_a_diverging_fit_stops_with_the_epoch(data):
@@ -958,7 +960,7 @@ def test_module_and_criterion_are_the_seam_for_variants(data):
     assert first[1] == pytest.approx(2 * first[0], rel=0.05)
     # Inference goes through the encoder and predictor, not forward.
     z = variant.transform(data.evaluation_sets[:4])
-    assert variant.predict_correctness(z, data.query_ids[:5]).shape == (4, 5)
+    assert variant.predict_correctness(z, data.query_ids[:5]).shape == (5, 4)
     assert clone(variant).get_params()["module"] is _CountingNetwork
 
 

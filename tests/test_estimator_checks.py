@@ -38,7 +38,7 @@ def _embedder_case(data):
 
 def _router_case(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     estimator = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK))
     return estimator, (queries, Y), lambda fitted: fitted.predict_proba(queries[:5])
 

@@ -67,10 +67,10 @@ def _chosen_queries_estimate_better(output):
     assert "router models: 161" in output
 
 
-def _greedy_portfolio_fits_the_budget(output):
+def _greedy_portfolio_fits_the_max_total_cost(output):
     row = re.search(r"^coverage greedy\s+(\d+)\s+([0-9.]+)", output, re.MULTILINE)
     assert row, output
-    assert float(row.group(2)) <= _number(output, "budget:")
+    assert float(row.group(2)) <= _number(output, "max total cost:")
 
 
 def _fallback_moves_only_the_lost_queries(output):
@@ -133,7 +133,7 @@ CHECKS = {
     "table_to_saved_router.py": _served_routes_match,
     "onboarding_new_models.py": _onboarded_predictions_beat_the_baseline,
     "estimate_scores_of_a_new_model.py": _chosen_queries_estimate_better,
-    "portfolio_under_budget.py": _greedy_portfolio_fits_the_budget,
+    "portfolio_under_budget.py": _greedy_portfolio_fits_the_max_total_cost,
     "substitutes_and_fallback.py": _fallback_moves_only_the_lost_queries,
     "grid_search_n_latents.py": _search_names_a_best_setting,
     "model_map.py": _the_map_is_written,

@@ -37,7 +37,7 @@ def _full_scores(data):
     """
     benchmarks = np.asarray(data.benchmarks)
     columns = {
-        b: 20 + 70 * data.probabilities[:, benchmarks == b].mean(axis=1)
+        b: 20 + 70 * data.probabilities[benchmarks == b].mean(axis=0)
         for b in sorted(set(benchmarks))
     }
     return pd.DataFrame(columns)

@@ -132,10 +132,11 @@ CULPRITS = (
     "X",
     "metric",
     "k=",
+    "'k'",
     "threshold",
     "n_clusters",
     "n_selected",
-    "budget",
+    "max_total_cost",
     "cost",
     "sample",
     "feature",
@@ -190,7 +191,7 @@ def test_selectors_work_or_name_the_culprit(Z, metric, size, cost):
     for selector, fit_args in (
         (KCenterSelector(n_selected=size, metric=metric), {}),
         (KMedoidsSelector(n_selected=size, metric=metric, random_state=0), {}),
-        (CoverageGreedySelector(budget=size, metric=metric), {"cost": cost}),
+        (CoverageGreedySelector(max_total_cost=size, metric=metric), {"cost": cost}),
     ):
         try:
             selector.fit(Z, **fit_args)
@@ -246,13 +247,13 @@ def test_long_tables_and_matrices_work_or_name_the_culprit(rows, duplicates, que
         assert "queries" in str(error), str(error)
         assert queries == "q1"  # a bare string is refused, lists are not
         return
-    assert matrix.shape == (len(sets), len(columns))
+    assert matrix.shape == (len(columns), len(sets))
     for i, evaluation_set in enumerate(sets):
         for j, query in enumerate(columns):
             if query in evaluation_set:
-                assert matrix[i, j] == evaluation_set[query]
+                assert matrix[j, i] == evaluation_set[query]
             else:
-                assert np.isnan(matrix[i, j])
+                assert np.isnan(matrix[j, i])
 
 
 # -- the router -----------------------------------------------------------------------
@@ -267,7 +268,7 @@ def router_and_data(embedder_and_data):
 
     embedder, data = embedder_and_data
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
     return router, data, queries
 
@@ -401,7 +402,7 @@ def test_predict_correctness_and_subsample_work_or_name_the_culprit(
         message = str(error)
         assert any(w in message for w in ("embeddings", "quer")), message
     else:
-        assert p.shape == (len(Z), len(queries))
+        assert p.shape == (len(queries), len(Z))
         assert ((0 <= p) & (p <= 1)).all()
     sets_drawn = draw.draw(st.lists(_evaluation_set(data), min_size=1, max_size=3))
     n = draw.draw(st.one_of(st.integers(-1, 50), st.floats(0, 2), st.just("5")))

@@ -85,9 +85,9 @@ def pool():
     scores, queries = to_matrix(data.evaluation_sets)
     benchmark = dict(zip(data.query_ids, data.benchmarks))
     groups = np.array([f"b{benchmark[q]}" for q in queries], dtype=object)
-    scores[0, groups == "b0"] = 1.0  # model 0 answers all of benchmark 0
+    scores[groups == "b0", 0] = 1.0  # model 0 answers all of benchmark 0
     train, test = np.arange(300), np.arange(300, 400)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     return embedder, np.asarray(queries, dtype=object), groups, Y, train, test
 
 
@@ -108,9 +108,9 @@ def test_groups_correct_what_the_embedding_misses(pool):
     grouped = router.predict_correctness(list(queries[test]), query_groups=groups[test])
     in_b0 = groups[test] == "b0"
     assert (grouped[in_b0, 0] > plain[in_b0, 0]).all()
-    truth = Y.iloc[test].to_numpy().T
-    assert correctness_log_likelihood(truth, grouped.T) > correctness_log_likelihood(
-        truth, plain.T
+    truth = Y.iloc[test].to_numpy()
+    assert correctness_log_likelihood(truth, grouped) > correctness_log_likelihood(
+        truth, plain
     )
     # predict, rank_models, predict_proba and score take the groups alike.
     chosen = router.predict(list(queries[test]), query_groups=groups[test])

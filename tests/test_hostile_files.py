@@ -34,7 +34,7 @@ def data():
 @pytest.fixture(scope="module")
 def router(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     cost = np.arange(1.0, len(data.model_names) + 1)
     return LocusRouter(embedder, refine_steps=2).fit(queries, Y, cost=cost)
@@ -278,7 +278,7 @@ def test_save_writes_through_a_symbolic_link(router, tmp_path):
 
 def _table(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    return queries, pd.DataFrame(scores.T, columns=data.model_names)
+    return queries, pd.DataFrame(scores, columns=data.model_names)
 
 
 # -- fuzzing ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def data():
 
 def _table(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    return queries, pd.DataFrame(scores.T, columns=data.model_names)
+    return queries, pd.DataFrame(scores, columns=data.model_names)
 
 
 def _router(data):

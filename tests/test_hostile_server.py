@@ -48,7 +48,7 @@ def pool():
         data.evaluation_sets
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     router = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
     return data, router.fit(queries, Y, cost=data.params_b)
 

@@ -67,7 +67,7 @@ def test_embedder_scorers_by_scikit_learn_names(data):
 
 def test_router_scorers_compare_predictions_with_observed_scores(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK))
     router.fit(queries, Y)
     predicted = router.predict_correctness(queries)
@@ -86,7 +86,8 @@ def test_router_scorers_compare_predictions_with_observed_scores(data):
 
 def test_scorer_misuse_is_named():
     with pytest.raises(
-        ValueError, match="unknown scorer 'f1'; .* knows 'neg_log_loss'"
+        ValueError,
+        match="'name' parameter of get_scorer must be a str among .*'neg_log_loss'",
     ):
         get_scorer("f1")
     selector = KCenterSelector(n_selected=1).fit(np.eye(2))
@@ -100,32 +101,32 @@ def test_best_models_sends_near_ties_to_the_model_listed_first():
             [0.5, 0.2, -np.inf, 0.7],
             [0.5 + 5e-7, 0.2 + 2e-6, 0.1, 0.7 - 5e-7],
         ]
-    )
+    ).T  # a row per query
     np.testing.assert_array_equal(best_models(utilities), [0, 1, 1, 0])
     # routing_accuracy routes the same way: the tie at query 0 goes to model 0.
-    scores = np.array([[1.0, 0.0, NAN, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    scores = np.array([[1.0, 0.0, NAN, 1.0], [0.0, 1.0, 1.0, 0.0]]).T
     assert routing_accuracy(scores, utilities) == 1.0
-    with pytest.raises(ValueError, match=r"shape \(3,\); expected \(n_models"):
+    with pytest.raises(ValueError, match=r"shape \(3,\); expected \(n_queries"):
         best_models([0.1, 0.2, 0.3])
 
 
 def test_the_router_predicts_what_best_models_chooses(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     router = LocusRouter(embedder).fit(queries, Y)
     # Two exact copies of model 0 (the copy listed last): every tie between
     # them must go to model 0, in predict and in routing_accuracy alike.
     router.add_models([data.evaluation_sets[0]], ["copy-of-0"])
     probabilities = router.predict_correctness(queries)
-    chosen = router.classes_[best_models(probabilities.T)]
+    chosen = router.classes_[best_models(probabilities)]
     np.testing.assert_array_equal(router.predict(queries), chosen)
     assert "copy-of-0" not in set(chosen)
 
 
 def test_routing_accuracy_weighs_the_queries_it_can_score():
-    scores = [[1.0, 0.0, NAN], [0.0, 0.5, 1.0]]
-    probabilities = [[0.9, 0.8, 0.9], [0.1, 0.2, 0.1]]
+    scores = [[1.0, 0.0], [0.0, 0.5], [NAN, 1.0]]
+    probabilities = [[0.9, 0.1], [0.8, 0.2], [0.9, 0.1]]
     # Query 2 goes to model 0, which has no score there: it is left out.
     assert routing_accuracy(scores, probabilities) == 0.5
     weighted = routing_accuracy(scores, probabilities, sample_weight=[3, 1, 100])
@@ -136,11 +137,11 @@ def test_routing_accuracy_weighs_the_queries_it_can_score():
 
 def test_the_router_scores_by_routing_accuracy(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK)
     router = LocusRouter(embedder).fit(queries, Y)
     weights = np.arange(len(queries)) % 3
     probabilities = router.predict_correctness(queries)
     assert router.score(queries, Y, sample_weight=weights) == routing_accuracy(
-        scores, probabilities.T, sample_weight=weights
+        scores, probabilities, sample_weight=weights
     )

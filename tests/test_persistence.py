@@ -56,7 +56,7 @@ def fitted(data):
     sets = data.evaluation_sets
     embedder = LocusEmbedder(query_encoder=data.encoder, **TINY).fit(sets)
     scores, queries = to_matrix(sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     cost = np.arange(1.0, len(data.model_names) + 1)
     router = LocusRouter(LocusEmbedder(query_encoder=data.encoder, **TINY)).fit(
         queries, Y, cost=cost
@@ -67,7 +67,9 @@ def fitted(data):
         "router": router,
         "kcenter": KCenterSelector(n_selected=3).fit(Z),
         "kmedoids": KMedoidsSelector(n_selected=3, random_state=0).fit(Z),
-        "coverage": CoverageGreedySelector(budget=4.0).fit(Z, cost=cost[: len(Z)]),
+        "coverage": CoverageGreedySelector(max_total_cost=4.0).fit(
+            Z, cost=cost[: len(Z)]
+        ),
     }
 
 
@@ -184,7 +186,7 @@ def test_how_training_went_is_kept_and_optional_in_older_files(fitted, tmp_path)
 
 def test_a_router_over_a_frozen_embedder_round_trips(fitted, data, tmp_path):
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     router = LocusRouter(FrozenEstimator(fitted["embedder"])).fit(queries, Y)
     sklocus.save(router, tmp_path / "router")
     loaded = sklocus.load(tmp_path / "router")

@@ -72,7 +72,7 @@ def pool():
         n_models=8, n_queries=300, evals_per_model=None, random_state=1
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     embedder = LocusEmbedder(query_encoder=data.encoder, **SMALL)
     return queries, Y, FrozenEstimator(embedder.fit(data.evaluation_sets))
 

@@ -42,7 +42,7 @@ def pool(trained):
     Z = embedder.transform(train_sets)
     groups = {q: f"benchmark {b}" for q, b in zip(data.query_ids, data.benchmarks)}
     metadata = pd.DataFrame({"params_b": data.params_b, "family": data.families})
-    # Two models of unknown size: left out of the portfolios within a budget.
+    # Two models of unknown size: left out of the portfolios within a total cost.
     metadata.loc[[3, 17], "params_b"] = np.nan
     page = map_data(
         Z,
@@ -76,7 +76,7 @@ def test_the_page_data_is_json_with_one_entry_per_model(pool):
 def test_neighbours_are_the_nearest_with_their_disagreement(pool):
     data, Z, _, page = pool
     indices, distances = nearest_models(Z, k=10)
-    scores, _ = to_matrix(data.evaluation_sets)
+    scores = to_matrix(data.evaluation_sets)[0].T  # a row per model
     for i in (0, 7):
         listed = page["neighbors"][i]
         assert [j for j, *_ in listed] == indices[i].tolist()
@@ -124,12 +124,12 @@ def test_the_maps_routing_is_the_routers_score_on_the_held_out_queries(trained, 
         {q: s for q, s in e.items() if q in set(test)} for e in data.evaluation_sets
     ]
     scores, queries = to_matrix(held)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     portfolio = pool[3]["portfolio"]
     assert portfolio["full_pool"] == round(router.score(queries, Y), 4)
     first = portfolio["orders"]["k-center"][:3]
-    probabilities = router.predict_correctness(queries).T
-    expected = routing_accuracy(scores[first], probabilities[first])
+    probabilities = router.predict_correctness(queries)
+    expected = routing_accuracy(scores[:, first], probabilities[:, first])
     assert portfolio["routing"]["k-center"][2] == round(expected, 4)
 
 
@@ -159,7 +159,8 @@ def test_routing_order_starts_from_the_strongest_and_adds_what_routes_best():
     assert order[:2] == [0, 1]
     assert sorted(order) == [0, 1, 2, 3]
     # Each prefix routes as well as routing_accuracy says it does.
-    assert routing_accuracy(scores[order[:2]], probabilities[order[:2]]) == 5 / 6
+    kept = order[:2]
+    assert routing_accuracy(scores[kept].T, probabilities[kept].T) == 5 / 6
 
 
 @pytest.fixture(scope="module")
@@ -207,43 +208,43 @@ def test_the_default_portfolio_of_the_llmrouter_map_has_its_strongest_model(
     assert len(page["color"]["labels"]) == 3
 
 
-def test_portfolios_within_a_ladder_of_budgets(pool):
+def test_portfolios_within_a_ladder_of_total_costs(pool):
     data, Z, _, page = pool
-    budgets = page["portfolio"]["budgets"]
-    assert budgets["by"] == "params_b" and budgets["n_priced"] == 38
-    values = budgets["values"]
+    ladder = page["portfolio"]["cost_ladder"]
+    assert ladder["by"] == "params_b" and ladder["n_priced"] == 38
+    values = ladder["max_total_cost"]
     assert values == sorted(values) and len(set(values)) == len(values) > 3
     priced = np.array([i for i in range(40) if i not in (3, 17)])
     cost = np.asarray(data.params_b, dtype=float)
-    for budget, chosen, spent, routing in zip(
-        values, budgets["selections"], budgets["total_cost"], budgets["routing"]
+    for max_total_cost, chosen, spent, routing in zip(
+        values, ladder["selections"], ladder["total_cost"], ladder["routing"]
     ):
         assert not {3, 17} & set(chosen)
         assert spent == pytest.approx(cost[chosen].sum(), abs=1e-4)
-        assert spent <= budget
+        assert spent <= max_total_cost
         # The selector's own choice among the priced models, not a copy of it.
-        selector = CoverageGreedySelector(budget=budget).fit(
+        selector = CoverageGreedySelector(max_total_cost=max_total_cost).fit(
             Z[priced], cost=cost[priced]
         )
         assert chosen == priced[selector.selected_indices_].tolist()
         assert routing is None or 0 <= routing <= 1
-    # Each budget buys a different portfolio; the largest buys more models.
-    selections = budgets["selections"]
+    # Each total buys a different portfolio; the largest buys more models.
+    selections = ladder["selections"]
     assert all(a != b for a, b in zip(selections, selections[1:]))
     assert len(selections[-1]) > len(selections[0])
 
 
-def test_a_map_without_costs_offers_no_budgets():
+def test_a_map_without_costs_offers_no_cost_ladder():
     Z = np.random.default_rng(0).normal(size=(8, 3))
     page = map_data(Z, [f"m{i}" for i in range(8)])
-    assert page["portfolio"]["budgets"] is None
+    assert page["portfolio"]["cost_ladder"] is None
     equal = map_data(Z, [f"m{i}" for i in range(8)], cost=np.ones(8))
-    budgets = equal["portfolio"]["budgets"]
-    # With equal costs a budget is a number of models: each buys more, up to
+    ladder = equal["portfolio"]["cost_ladder"]
+    # With equal costs a total cost is a number of models: each buys more, up to
     # every model (max_portfolio is above 8), and none is a repeat.
-    sizes = [len(s) for s in budgets["selections"]]
+    sizes = [len(s) for s in ladder["selections"]]
     assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == 8
-    assert budgets["by"] == "cost"
+    assert ladder["by"] == "cost"
 
 
 def test_the_reliability_of_held_out_predictions(pool):

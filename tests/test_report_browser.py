@@ -89,10 +89,10 @@ def make_map_data(n_models, *, random_state=0, k_neighbours=5):
                 "coverage": [0.4 + 0.03 * k for k in range(max_k)],
             },
             "full_pool": 0.81,
-            "budgets": {
+            "cost_ladder": {
                 "by": "parameters (B)",
                 "n_priced": n_models - 1,
-                "values": [7.0, 14.0, 28.0],
+                "max_total_cost": [7.0, 14.0, 28.0],
                 "selections": [[5], [5, 9], [9, 11, 12]],
                 "total_cost": [6.9, 13.5, 27.25],
                 "routing": [None, 0.6, 0.7],
@@ -307,30 +307,30 @@ def test_changing_k_changes_the_portfolio(map_page, data):
     assert map_page.page.locator("#portfolio-list li").count() == 4
 
 
-def test_choosing_a_budget_shows_its_portfolio(map_page, data):
-    budgets = data["portfolio"]["budgets"]
+def test_choosing_a_total_cost_shows_its_portfolio(map_page, data):
+    ladder = data["portfolio"]["cost_ladder"]
     page = map_page.page
-    assert page.is_hidden("#portfolio-budget-label")
-    page.select_option("#portfolio-method", "budget")
+    assert page.is_hidden("#portfolio-total-cost-label")
+    page.select_option("#portfolio-method", "total-cost")
     assert page.is_hidden("#portfolio-k-label")
-    options = page.locator("#portfolio-budget option").all_inner_texts()
+    options = page.locator("#portfolio-total-cost option").all_inner_texts()
     assert options == [
         "parameters (B) ≤ 7",
         "parameters (B) ≤ 14",
         "parameters (B) ≤ 28",
     ]
-    page.select_option("#portfolio-budget", label="parameters (B) ≤ 28")
+    page.select_option("#portfolio-total-cost", label="parameters (B) ≤ 28")
     assert map_page.dataset("portfolio") == "9,11,12"
     assert page.inner_text("#portfolio-routing") == "70.0%"
     assert page.inner_text("#portfolio-cost") == (
-        f"parameters (B) 27.25 of 28, among the {budgets['n_priced']} models whose "
+        f"parameters (B) 27.25 of 28, among the {ladder['n_priced']} models whose "
         "parameters (B) is known"
     )
     assert page.locator("#portfolio-list li").count() == 3
-    page.select_option("#portfolio-budget", label="parameters (B) ≤ 7")
+    page.select_option("#portfolio-total-cost", label="parameters (B) ≤ 7")
     assert map_page.dataset("portfolio") == "5"
     assert page.inner_text("#portfolio-routing") == "—"
-    # Back to a k: the budget's note goes, and k's portfolio returns.
+    # Back to a k: the total cost's note goes, and k's portfolio returns.
     page.select_option("#portfolio-method", "k-center")
     assert page.is_visible("#portfolio-k-label")
     assert page.inner_text("#portfolio-cost") == ""

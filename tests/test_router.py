@@ -99,10 +99,10 @@ def test_score_is_mean_observed_score_of_the_chosen_model(router, problem):
 def test_routing_beats_the_best_single_model(router, problem):
     data, _, _, test, _ = problem
     columns = [data.query_ids.index(q) for q in test]
-    truth = data.probabilities[:, columns]  # (n_models, n_test)
+    truth = data.probabilities[columns]  # (n_test, n_models)
     chosen = [data.model_names.index(c) for c in router.predict(test)]
-    routed = truth[chosen, np.arange(len(test))].mean()
-    best_single = truth.mean(axis=1).max()
+    routed = truth[np.arange(len(test)), chosen].mean()
+    best_single = truth.mean(axis=0).max()
     assert routed > best_single + 0.03, (routed, best_single)
 
 

@@ -35,7 +35,7 @@ def pool():
     embedder = LocusEmbedder(query_encoder=data.encoder, **SMALL_NETWORK)
     embedder.fit(data.evaluation_sets)
     scores, queries = to_matrix(data.evaluation_sets)
-    table = scores.T.copy()
+    table = scores.copy()
     table[np.random.default_rng(0).random(table.shape) < 0.3] = np.nan
     Y = pd.DataFrame(table[:150], columns=data.model_names)
     groups = np.array([f"g{i % 2}" for i in range(len(queries))], dtype=object)

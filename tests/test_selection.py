@@ -11,7 +11,7 @@ from sklocus import CoverageGreedySelector, KCenterSelector, KMedoidsSelector
     [
         KCenterSelector(n_selected=3),
         KMedoidsSelector(n_selected=2),
-        CoverageGreedySelector(budget=3),
+        CoverageGreedySelector(max_total_cost=3),
     ]
 )
 def test_scikit_learn_checks(estimator, check):
@@ -47,17 +47,17 @@ def test_k_center_is_within_twice_the_optimum(seed, metric):
     )
 
 
-def _brute_force_coverage(similarity, cost, budget):
+def _brute_force_coverage(similarity, cost, max_total_cost):
     best = 0.0
     for size in range(1, len(cost) + 1):
         for subset in itertools.combinations(range(len(cost)), size):
-            if cost[list(subset)].sum() <= budget:
+            if cost[list(subset)].sum() <= max_total_cost:
                 best = max(best, similarity[:, list(subset)].max(axis=1).mean())
     return best
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_coverage_greedy_respects_budget_and_the_greedy_bound(seed):
+def test_coverage_greedy_respects_max_total_cost_and_the_greedy_bound(seed):
     from sklocus._selection import (
         GREEDY_BOUND_UNIT_COST,
         GREEDY_BOUND_WITH_COSTS,
@@ -70,18 +70,18 @@ def test_coverage_greedy_respects_budget_and_the_greedy_bound(seed):
     distances = model_distances(Z)
     similarity = coverage_similarity(distances, distances.max())
 
-    unit = CoverageGreedySelector(budget=3).fit(Z)
+    unit = CoverageGreedySelector(max_total_cost=3).fit(Z)
     assert unit.total_cost_ <= 3 and len(unit.selected_indices_) == 3
     optimum = _brute_force_coverage(similarity, np.ones(8), 3)
     assert unit.coverage_ >= GREEDY_BOUND_UNIT_COST * optimum - 1e-12
     assert unit.coverage_ <= optimum + 1e-12
 
     cost = rng.uniform(0.5, 5.0, size=8)
-    budget = 6.0
-    costly = CoverageGreedySelector(budget=budget).fit(Z, cost=cost)
-    assert costly.total_cost_ <= budget
+    max_total_cost = 6.0
+    costly = CoverageGreedySelector(max_total_cost=max_total_cost).fit(Z, cost=cost)
+    assert costly.total_cost_ <= max_total_cost
     assert costly.total_cost_ == pytest.approx(cost[costly.selected_indices_].sum())
-    optimum = _brute_force_coverage(similarity, cost, budget)
+    optimum = _brute_force_coverage(similarity, cost, max_total_cost)
     assert costly.coverage_ >= GREEDY_BOUND_WITH_COSTS * optimum - 1e-12
     assert costly.coverage_ == pytest.approx(
         similarity[:, costly.selected_indices_].max(axis=1).mean()
@@ -153,7 +153,7 @@ def test_identical_embeddings():
     [
         (
             lambda Z: CoverageGreedySelector(1).fit(Z, cost=np.full(len(Z), 2.0)),
-            "budget=1 is below every model's cost (the cheapest costs 2.0)",
+            "max_total_cost=1 is below every model's cost (the cheapest costs 2.0)",
         ),
         (
             lambda Z: CoverageGreedySelector(3).fit(
@@ -214,7 +214,7 @@ def test_pipelines_after_the_embedder_and_metadata_routing():
     with sklearn.config_context(enable_metadata_routing=True):
         pipeline = make_pipeline(
             LocusEmbedder(query_encoder=data.encoder, **tiny),
-            CoverageGreedySelector(budget=30).set_fit_request(cost=True),
+            CoverageGreedySelector(max_total_cost=30).set_fit_request(cost=True),
         )
         pipeline.fit(data.evaluation_sets, cost=data.params_b)
         selector = pipeline[-1]
@@ -238,17 +238,19 @@ def test_numpy_integer_parameters_work():
         assert len(chosen) == 3
 
 
-def test_a_budget_below_one_model_without_costs_is_refused():
+def test_a_max_total_cost_below_one_model_without_costs_is_refused():
     z = np.random.default_rng(0).normal(size=(5, 3))
-    with pytest.raises(ValueError, match=r"budget=0.5 is below 1.*every model costs 1"):
-        CoverageGreedySelector(budget=0.5).fit(z)
+    with pytest.raises(
+        ValueError, match=r"max_total_cost=0.5 is below 1.*every model costs 1"
+    ):
+        CoverageGreedySelector(max_total_cost=0.5).fit(z)
 
 
-def _full_scan_greedy(similarity, cost, budget):
+def _full_scan_greedy(similarity, cost, max_total_cost):
     """Greedy coverage that recomputes every gain at every step: the reference."""
     best, selected, spent = np.zeros(len(cost)), [], 0.0
     while True:
-        affordable = cost <= budget - spent + 1e-12
+        affordable = cost <= max_total_cost - spent + 1e-12
         affordable[selected] = False
         if not affordable.any():
             return selected
@@ -272,9 +274,9 @@ def test_lazy_greedy_chooses_what_a_full_scan_chooses(seed):
     if seed % 3 == 0:
         Z[: n_models // 3] = Z[0]  # identical models: ties between gains
     cost = rng.uniform(0.5, 5.0, n_models) if seed % 2 else np.ones(n_models)
-    budget = max(float(rng.uniform(1, 15)), cost.min())
+    max_total_cost = max(float(rng.uniform(1, 15)), cost.min())
     distances = model_distances(Z)
     similarity = coverage_similarity(distances, distances.max())
-    assert _lazy_greedy(similarity, cost, budget) == _full_scan_greedy(
-        similarity, cost, budget
+    assert _lazy_greedy(similarity, cost, max_total_cost) == _full_scan_greedy(
+        similarity, cost, max_total_cost
     )

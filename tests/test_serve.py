@@ -70,7 +70,7 @@ def pool():
         data.evaluation_sets
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     # Forward-pass embeddings (refine_steps=0): the concurrency test onboards
     # while 32 clients route, and refinement's 50 autograd steps then wait behind
     # the routing threads for torch's CPU threads, past a minute on 2 cores.
@@ -591,7 +591,7 @@ def test_an_embedder_and_its_pool_table_serve_too(pool, tmp_path):
 
 def _pool_table(data):
     scores, queries = to_matrix(data.evaluation_sets)
-    return queries, pd.DataFrame(scores.T, columns=data.model_names)
+    return queries, pd.DataFrame(scores, columns=data.model_names)
 
 
 def test_the_server_shuts_down_cleanly(server):

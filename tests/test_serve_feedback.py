@@ -35,7 +35,7 @@ def pool():
         data.evaluation_sets
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     router = LocusRouter(FrozenEstimator(embedder), refine_steps=5).fit(queries, Y)
     return data, router
 

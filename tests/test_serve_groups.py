@@ -30,7 +30,7 @@ def pool():
         data.evaluation_sets
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     group_of = {q: f"b{k}" for q, k in zip(data.query_ids, data.benchmarks)}
     groups = [group_of[query] for query in queries]
     grouped = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
@@ -285,7 +285,7 @@ def test_serve_builds_a_grouped_router_from_a_group_column(pool, tmp_path):
     scores, queries = to_matrix(data.evaluation_sets)
     expected = LocusRouter(FrozenEstimator(embedder)).fit(
         queries,
-        pd.DataFrame(scores.T, columns=data.model_names),
+        pd.DataFrame(scores, columns=data.model_names),
         query_groups=[group_of[q] for q in queries],
     )
     assert router.groups_.tolist() == expected.groups_.tolist()

@@ -51,7 +51,7 @@ def router():
         data.evaluation_sets
     )
     scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores.T, columns=data.model_names)
+    Y = pd.DataFrame(scores, columns=data.model_names)
     return LocusRouter(FrozenEstimator(embedder), refine_steps=0).fit(
         queries, Y, cost=data.params_b
     )

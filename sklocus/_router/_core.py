@@ -35,7 +35,7 @@ from sklocus._router._tables import (
 )
 from sklocus._routing import check_policy, policy_constraint
 from sklocus._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
-from sklocus._validation import RealInterval, check_count
+from sklocus._validation import check_count
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import as_query_list
 
@@ -194,7 +194,7 @@ class LocusRouter(
     >>> data = make_evaluations(n_models=8, n_queries=120, evals_per_model=None,
     ...                         random_state=0)
     >>> scores, queries = to_matrix(data.evaluation_sets)
-    >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
+    >>> Y = pd.DataFrame(scores, columns=data.model_names)
     >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
     ...                          n_latents=4, max_epochs=2, epoch_size=256,
     ...                          random_state=0)
@@ -209,7 +209,7 @@ class LocusRouter(
         "min_probability": [policy_constraint("min_probability"), None],
         "budget": [policy_constraint("budget"), None],
         "refine_steps": [Interval(numbers.Integral, 0, None, closed="left"), None],
-        "group_shrinkage": [RealInterval(numbers.Real, 0, None, closed="neither")],
+        "group_shrinkage": [Interval(numbers.Real, 0, None, closed="neither")],
         "query_clusters": [
             StrOptions({"auto"}),
             Interval(numbers.Integral, 2, None, closed="left"),
@@ -218,7 +218,7 @@ class LocusRouter(
         "query_heads": [StrOptions({"auto"}), "boolean"],
         "calibration": [StrOptions({name for name in CALIBRATIONS if name}), None],
         "exploration": [StrOptions({"thompson", "ucb"}), None],
-        "exploration_strength": [RealInterval(numbers.Real, 0, None, closed="neither")],
+        "exploration_strength": [Interval(numbers.Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
     }
 
@@ -515,7 +515,7 @@ class LocusRouter(
         >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
         ...                          n_latents=4, max_epochs=1, epoch_size=128,
         ...                          random_state=0).fit(data.evaluation_sets)
-        >>> Y = pd.DataFrame(scores.T, columns=data.model_names)
+        >>> Y = pd.DataFrame(scores, columns=data.model_names)
         >>> router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
         >>> models, probabilities = router.rank_models(queries[:2], k=2)
         >>> models.shape, probabilities.shape

@@ -371,7 +371,6 @@ class PoolEditingMixin:
         if scorer.calibration is not None or scorer.heads is not None or grouped:
             # The sets' dense table, built once for every stage that reads it.
             scores, queries = to_matrix(ragged)
-            scores = scores.T
         if scorer.calibration is not None:
             model_offsets = scorer.calibration.fit_models(
                 scorer.locus, embeddings, queries, scores

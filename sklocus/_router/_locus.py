@@ -96,7 +96,7 @@ class Locus:
 
     def probabilities(self, embeddings, queries):
         """P(correct) ``(n_queries, n_models)`` of one chunk, by the embedder's API."""
-        return self.embedder.predict_correctness(embeddings, queries).T
+        return self.embedder.predict_correctness(embeddings, queries)
 
     def encode(self, queries):
         """Encode ``queries``, a chunk at a time."""

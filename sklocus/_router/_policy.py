@@ -54,10 +54,10 @@ def utilities(probabilities, cost, cost_weight, min_probability=None):
     """Utilities of ``(n_queries, n_models)`` probabilities, as routed."""
     if min_probability is None and (cost is None or cost_weight == 0):
         return probabilities
-    cost = np.broadcast_to(cost[:, None], probabilities.T.shape)
+    cost = np.broadcast_to(cost[None, :], probabilities.shape)
     if min_probability is not None:
-        return threshold_utilities(probabilities.T, cost, min_probability).T
-    return cost_utilities(probabilities.T, cost, cost_weight).T
+        return threshold_utilities(probabilities, cost, min_probability)
+    return cost_utilities(probabilities, cost, cost_weight)
 
 
 def ranking(probabilities, excluded, cost, cost_weight, min_probability, k):
@@ -71,7 +71,7 @@ def ranking(probabilities, excluded, cost, cost_weight, min_probability, k):
     routable = np.where(excluded, -np.inf, probabilities.astype(np.float64))
     utility = utilities(routable, cost, cost_weight, min_probability)
     # Lift best_models' choice above the rest before sorting.
-    first = best_models(utility.T)
+    first = best_models(utility)
     utility[np.arange(len(utility)), first] = np.inf
     return np.argsort(-utility, axis=1, kind="stable")[:, :k]
 
@@ -100,18 +100,18 @@ def fit_budget(router, scorer, evaluation_sets, cost):
         scores, seen_queries = to_matrix(seen)
         if scorer.heads is not None:
             heads = scorer.heads.fit_models(
-                scorer, embeddings, router.model_offsets_, seen_queries, scores.T
+                scorer, embeddings, router.model_offsets_, seen_queries, scores
             )
         rows = ModelRows(embeddings, router.model_offsets_, heads)
         if group_of is not None:
             # So are the group offsets, each seen query in its group, and
             # the held-out queries take the groups their text tells.
             offsets = scorer.group_offsets.fit_models(
-                scorer, rows, seen_queries, scores.T, group_of
+                scorer, rows, seen_queries, scores, group_of
             )
             rows = rows._replace(group_offsets=offsets)
         found = [p for _, p, _ in scorer.chunks(rows, queries)]
-        return np.concatenate(found).T
+        return np.concatenate(found)
 
     router.budget_curve_ = held_out_curve(
         check_evaluation_sets(evaluation_sets),

@@ -78,7 +78,7 @@ class RoutingScoreMixin:
                 cost_weight,
                 min_probability,
             )
-        return routing_accuracy(scores.T, found.T, sample_weight=sample_weight)
+        return routing_accuracy(scores, found, sample_weight=sample_weight)
 
     def _correctness_pairs(self, X, Y):
         """Observed scores of Y and predicted probabilities, as two matrices.

@@ -175,7 +175,7 @@ def pool_of_table(X, Y, cost=None, query_groups=None):
             "every model needs at least one"
         )
     model_names = [str(name) for name in names]
-    ragged = check_evaluation_sets(from_matrix(scores.T, queries), model_names)
+    ragged = check_evaluation_sets(from_matrix(scores, queries), model_names)
     return ragged, names, cost, (queries, scores), query_groups
 
 
@@ -225,7 +225,7 @@ def dense_table(ragged, query_groups, needed):
     groups = None
     if query_groups is not None:
         groups = groups_of(query_groups, queries, "fit_evaluations")
-    return (queries, scores.T), groups
+    return (queries, scores), groups
 
 
 def groups_of(query_groups, queries, method):

@@ -115,14 +115,14 @@ def demo(
     scores, _ = to_matrix([test_sets[i] for i in new], queries=test_queries)
 
     train_accuracy = np.array([np.mean(list(train_sets[i].values())) for i in new])
-    overall = np.repeat(train_accuracy[:, None], len(test_queries), axis=1)
+    overall = np.repeat(train_accuracy[None, :], len(test_queries), axis=0)
     best_single = np.zeros_like(overall)
-    best_single[np.argmax(train_accuracy)] = 1.0
-    truth = data.probabilities[new][:, is_test]
+    best_single[:, np.argmax(train_accuracy)] = 1.0
+    truth = data.probabilities[is_test][:, new]
 
     say(
         "",
-        training_summary(embedder, trained, hint="--epochs {}"),
+        training_summary(embedder, trained, hint="--max-epochs {}"),
         f"Onboarded {n_new} new models in {1000 * onboarded:.0f} ms with no training.",
         "",
         f"{'New models, test queries':32}{'correctness':>12}{'routing':>10}",

@@ -102,17 +102,22 @@ def run_select(arguments):
     method = arguments.method
     cost = None
     if method == "coverage":
-        if arguments.budget is None:
-            raise UserError("argument --budget: required with --method coverage")
+        if arguments.max_total_cost is None:
+            raise UserError(
+                "argument --max-total-cost: required with --method coverage"
+            )
         if arguments.n_selected is not None:
             raise UserError(
-                "argument --n-selected: not used by --method coverage; give --budget"
+                "argument --n-selected: not used by --method coverage; "
+                "give --max-total-cost"
             )
         if arguments.cost_column is not None:
             cost = per_model_mean(
                 frame, MODEL, arguments.cost_column, arguments.embeddings
             ).loc[names]
-        selector = CoverageGreedySelector(arguments.budget, metric=arguments.metric)
+        selector = CoverageGreedySelector(
+            arguments.max_total_cost, metric=arguments.metric
+        )
         selector.fit(Z, cost=None if cost is None else cost.to_numpy())
         summary = (
             f"coverage {selector.coverage_:.3f} at total cost {selector.total_cost_:g}"
@@ -120,7 +125,7 @@ def run_select(arguments):
     else:
         if arguments.n_selected is None:
             raise UserError(f"argument --n-selected: required with --method {method}")
-        for option in ("budget", "cost_column"):
+        for option in ("max_total_cost", "cost_column"):
             if getattr(arguments, option) is not None:
                 flag = "--" + option.replace("_", "-")
                 raise UserError(

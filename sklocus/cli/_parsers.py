@@ -421,8 +421,8 @@ def _add_geometry_commands(commands):
         "select",
         help="choose a portfolio of models that covers the pool",
         description="Choose a few models that cover the pool: k-center (farthest "
-        "first), k-medoids, or coverage-greedy under a budget, with costs from a "
-        "column of the embedding table.",
+        "first), k-medoids, or coverage-greedy within a largest total cost, with "
+        "costs from a column of the embedding table.",
     )
     select.add_argument("embeddings", metavar="EMBEDDINGS", help=_EMBEDDINGS_HELP)
     select.add_argument(
@@ -438,9 +438,9 @@ def _add_geometry_commands(commands):
         help="models to choose (k-center, k-medoids)",
     )
     select.add_argument(
-        "--budget",
+        "--max-total-cost",
         type=positive_number,
-        metavar="B",
+        metavar="COST",
         help="largest total cost (coverage); with no --cost-column, a number of models",
     )
     select.add_argument(
@@ -496,8 +496,8 @@ def _add_report_command(commands):
         "--cost-column",
         metavar="COL",
         help="each model's cost, such as its parameters: the portfolio panel "
-        "then also offers coverage within a budget (models with no value are "
-        "left out of those portfolios)",
+        "then also offers coverage within a largest total cost (models with no "
+        "value are left out of those portfolios)",
     )
     add_test_queries_option(page, held_out_of="the embeddings and the router")
     page.add_argument(

@@ -116,7 +116,7 @@ def hold_out(arguments, evaluations):
             f"{evaluations.source}; routing is measured on the other {len(queries)}."
         )
     scores, _ = to_matrix(held, queries=queries)
-    frame = pd.DataFrame(scores.T, columns=evaluations.model_names)
+    frame = pd.DataFrame(scores, columns=evaluations.model_names)
     return replace(evaluations, sets=rest), HeldOut(queries, frame, source)
 
 

@@ -123,8 +123,9 @@ def make_evaluations(
             Parameter count of each model, in billions.
         duplicate_of : ndarray of shape (n_models,), int
             For a near-duplicate, the index of the model it copies; -1 otherwise.
-        probabilities : ndarray of shape (n_models, n_queries), float
-            True probability that each model answers each query correctly.
+        probabilities : ndarray of shape (n_queries, n_models), float
+            True probability that each model answers each query correctly, a row
+            per query as ``predict_correctness`` returns them.
         frame : DataFrame
             With ``as_frame=True`` only: one row per evaluation, columns
             ``model``, ``query``, ``score``, ``benchmark`` (of the query) and
@@ -232,7 +233,7 @@ def make_evaluations(
         families=families,
         params_b=params_b,
         duplicate_of=duplicate_of,
-        probabilities=probabilities,
+        probabilities=np.ascontiguousarray(probabilities.T),
     )
     if as_frame:
         frame = to_long(evaluation_sets, model_names)

@@ -255,7 +255,7 @@ def map_data(
     cost : str or array-like of shape (n_models,), default=None
         Each model's cost (parameters, price...), positive, NaN where unknown: a
         column of ``metadata`` or the values. With it, the page also offers
-        greedy coverage within a ladder of about ten budgets, chosen among the
+        greedy coverage within a ladder of about ten total costs, chosen among the
         models whose cost is known.
     n_clusters : "auto" or int, default="auto"
         Clusters to colour by; ``"auto"`` is about the square root of the number
@@ -332,6 +332,7 @@ def map_data(
             raise ValueError(f"got {len(sets)} evaluation sets for {len(names)} models")
         train, held = split_evaluations(sets, test_queries or [])
         scores, queries = to_matrix(sets)
+        scores = scores.T  # a model per row, as the page reads them
     elif router is not None:
         raise ValueError("a router needs the evaluation_sets to measure routing on")
     measured = _Measured.of(embedder, router, names, train, held, queries, test_queries)
@@ -408,7 +409,8 @@ class _Measured:
     ``train`` holds the observed scores and predictions on the evaluated
     queries outside the test queries (the routing portfolio is chosen on
     them), ``held`` those on the held-out queries (its figures are measured
-    on them); either is None when there is nothing to measure.
+    on them); either is None when there is nothing to measure. Both are
+    ``(n_models, n_queries)``: the page reads them a model at a time.
     """
 
     def __init__(self, train=None, held=None):
@@ -437,11 +439,11 @@ class _Measured:
         train_queries = [q for q in queries if q not in test]
         measured = cls()
         if train_queries:
-            observed, _ = to_matrix(train, queries=train_queries)
+            observed = to_matrix(train, queries=train_queries)[0].T
             predicted = router.predict_correctness(train_queries).T
             measured.train = (observed, predicted)
         if held_queries:
-            observed, _ = to_matrix(held, queries=held_queries)
+            observed = to_matrix(held, queries=held_queries)[0].T
             predicted = router.predict_correctness(held_queries).T
             measured.held = (observed, predicted)
         return measured
@@ -530,9 +532,9 @@ def _portfolio(Z, measured, max_portfolio, portfolio_size, cost):
     Greedy routing (with a router's predictions), farthest-first (k-center)
     and greedy coverage with unit costs all grow one model at a time, so the
     first k of each order is that method's portfolio of k models, and the page
-    can offer every k from one order. Coverage under a budget is not nested (a
-    larger budget can drop a model a smaller one chose), so with costs the page
-    offers a ladder of budgets, each selection in full.
+    can offer every k from one order. Coverage within a largest total cost is not
+    nested (a larger total can drop a model a smaller one chose), so with costs
+    the page offers a ladder of largest total costs, each selection in full.
 
     The page opens on the first method, greedy routing where there is one: a
     portfolio is for routing, and the strongest model is its first. k-center
@@ -564,10 +566,12 @@ def _portfolio(Z, measured, max_portfolio, portfolio_size, cost):
             for method, order in orders.items()
         },
         "full_pool": route(np.arange(len(Z))),
-        "budgets": None,
+        "cost_ladder": None,
     }
     if cost is not None:
-        portfolio["budgets"] = _budget_portfolios(distances, cost, max_k, route)
+        portfolio["cost_ladder"] = _cost_ladder_portfolios(
+            distances, cost, max_k, route
+        )
     return portfolio
 
 
@@ -591,49 +595,49 @@ def _check_cost(cost, metadata, names):
         values = values.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         name, values = "cost", cost
-    # The budgets are spaced geometrically from a typical cost: 0 is refused.
+    # The total costs are spaced geometrically from a typical cost: 0 is refused.
     values = check_costs(values, names, what=name, positive=True, missing=True)
     if np.isnan(values).all():
         raise ValueError(f"no model has a known {name}; give at least one cost")
     return name, values
 
 
-def _budget_ladder(cost, max_k, n_budgets):
-    """Budgets from one typical model to ``max_k`` of them, spaced geometrically.
+def _cost_ladder(cost, max_k, n_rungs):
+    """Largest total costs, geometrically from one typical model to ``max_k``.
 
     A typical model costs the median: the cheapest ones (a 1M-parameter toy in
-    a pool of 7B models) would spend half the ladder on budgets nobody deploys.
-    Rounded to two significant digits, to read as budgets a person would choose.
+    a pool of 7B models) would spend half the ladder on totals nobody deploys.
+    Rounded to two significant digits, to read as totals a person would choose.
     """
     typical = float(np.median(cost))
-    ladder = np.geomspace(typical, min(typical * max_k, cost.sum()), n_budgets)
+    ladder = np.geomspace(typical, min(typical * max_k, cost.sum()), n_rungs)
     return sorted({max(float(f"{b:.2g}"), float(cost.min())) for b in ladder})
 
 
-def _budget_portfolios(distances, cost, max_k, route, n_budgets=10):
-    """Greedy coverage within each budget of a ladder, among the priced models.
+def _cost_ladder_portfolios(distances, cost, max_k, route, n_rungs=10):
+    """Greedy coverage within each total cost of a ladder, among the priced models.
 
-    Each selection is what ``CoverageGreedySelector(budget).fit(Z[priced],
-    cost=cost[priced])`` chooses, from one similarity matrix.
+    Each selection is what ``CoverageGreedySelector(max_total_cost).fit(
+    Z[priced], cost=cost[priced])`` chooses, from one similarity matrix.
     """
     name, cost = cost
     priced = np.flatnonzero(~np.isnan(cost))
     among = distances[np.ix_(priced, priced)]
     similarity = coverage_similarity(among, among.max())
-    budgets, selections, spent, routing = [], [], [], []
-    for budget in _budget_ladder(cost[priced], max_k, n_budgets):
-        chosen, _ = coverage_greedy(similarity, cost[priced], budget)
+    max_total_costs, selections, spent, routing = [], [], [], []
+    for max_total_cost in _cost_ladder(cost[priced], max_k, n_rungs):
+        chosen, _ = coverage_greedy(similarity, cost[priced], max_total_cost)
         chosen = priced[chosen]
         if selections and selections[-1] == chosen.tolist():
-            continue  # a budget that buys nothing more is no choice
-        budgets.append(budget)
+            continue  # a total that buys nothing more is no choice
+        max_total_costs.append(max_total_cost)
         selections.append([int(i) for i in chosen])
         spent.append(round(float(cost[chosen].sum()), _DIGITS))
         routing.append(route(chosen))
     return {
         "by": name,
         "n_priced": int(len(priced)),
-        "values": budgets,
+        "max_total_cost": max_total_costs,
         "selections": selections,
         "total_cost": spent,
         "routing": routing,
@@ -643,6 +647,6 @@ def _budget_portfolios(distances, cost, max_k, route, n_budgets=10):
 def _routing(observed, predicted):
     """Routing accuracy, rounded; None when no chosen model was observed."""
     try:
-        return round(routing_accuracy(observed, predicted), _DIGITS)
+        return round(routing_accuracy(observed.T, predicted.T), _DIGITS)
     except ValueError:
         return None

@@ -13,8 +13,8 @@
     "#B07AA1", "#9C755F", "#EDC948", "#76B7B2", "#FF9DA7"];
   const SELECTED_TRACE = 1;
   const PORTFOLIO_TRACE = 2;
-  // The method whose portfolios come from a ladder of budgets, not a k.
-  const BUDGET_METHOD = "budget";
+  // The method whose portfolios come from a ladder of total costs, not a k.
+  const TOTAL_COST_METHOD = "total-cost";
   const indexByName = new Map();
   data.models.forEach(function (name, i) {
     if (!indexByName.has(name)) indexByName.set(name, i);
@@ -241,14 +241,14 @@
   // The chosen portfolio, its routing accuracy and a note on what it costs.
   function currentPortfolio() {
     const method = document.getElementById("portfolio-method").value;
-    const budgets = data.portfolio.budgets;
-    if (method === BUDGET_METHOD) {
-      const b = Number(document.getElementById("portfolio-budget").value);
+    const ladder = data.portfolio.cost_ladder;
+    if (method === TOTAL_COST_METHOD) {
+      const b = Number(document.getElementById("portfolio-total-cost").value);
       return {
-        models: budgets.selections[b], routing: budgets.routing[b],
-        note: budgets.by + " " + formatValue(budgets.total_cost[b]) + " of " +
-          formatValue(budgets.values[b]) + ", among the " + budgets.n_priced +
-          " models whose " + budgets.by + " is known",
+        models: ladder.selections[b], routing: ladder.routing[b],
+        note: ladder.by + " " + formatValue(ladder.total_cost[b]) + " of " +
+          formatValue(ladder.max_total_cost[b]) + ", among the " +
+          ladder.n_priced + " models whose " + ladder.by + " is known",
       };
     }
     const input = document.getElementById("portfolio-k");
@@ -261,10 +261,10 @@
   }
 
   function showPortfolio() {
-    const byBudget =
-      document.getElementById("portfolio-method").value === BUDGET_METHOD;
-    document.getElementById("portfolio-k-label").hidden = byBudget;
-    document.getElementById("portfolio-budget-label").hidden = !byBudget;
+    const byTotalCost =
+      document.getElementById("portfolio-method").value === TOTAL_COST_METHOD;
+    document.getElementById("portfolio-k-label").hidden = byTotalCost;
+    document.getElementById("portfolio-total-cost-label").hidden = !byTotalCost;
     const chosen = currentPortfolio();
     portfolio = chosen.models;
     Plotly.restyle(mapDiv, highlightCoordinates(portfolio), [PORTFOLIO_TRACE]);
@@ -304,18 +304,20 @@
     Object.keys(data.portfolio.orders).forEach(function (method) {
       addOption(methods, method, method);
     });
-    const budgets = data.portfolio.budgets;
-    const budget = document.getElementById("portfolio-budget");
-    if (budgets) {
-      addOption(methods, BUDGET_METHOD, "coverage within a budget");
-      budgets.values.forEach(function (value, b) {
-        addOption(budget, String(b), budgets.by + " \u2264 " + formatValue(value));
+    const ladder = data.portfolio.cost_ladder;
+    const totalCost = document.getElementById("portfolio-total-cost");
+    if (ladder) {
+      addOption(methods, TOTAL_COST_METHOD, "coverage within a total cost");
+      ladder.max_total_cost.forEach(function (value, b) {
+        addOption(totalCost, String(b),
+          ladder.by + " \u2264 " + formatValue(value));
       });
-      budget.value = String(Math.floor((budgets.values.length - 1) / 2));
+      const middle = Math.floor((ladder.max_total_cost.length - 1) / 2);
+      totalCost.value = String(middle);
     }
     input.addEventListener("input", showPortfolio);
     methods.addEventListener("change", showPortfolio);
-    budget.addEventListener("change", showPortfolio);
+    totalCost.addEventListener("change", showPortfolio);
     showPortfolio();
   }
 
