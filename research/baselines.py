@@ -2,7 +2,9 @@
 
 Every baseline turns each target model's ``n`` observed evaluations into a
 prediction for every test query. Observations come as a matrix of shape
-``(n_models, n_train_queries)`` holding 0, 1 or NaN (not observed).
+``(n_train_queries, n_models)`` holding 0, 1 or NaN (not observed), and
+predictions are ``(n_test_queries, n_models)``: a row per query and a column per
+model, as :mod:`sklocus.metrics` takes them.
 
 - ``overall_accuracy``: the model's mean score, for every query.
 - ``per_subject_accuracy``: its mean score on the query's subject (benchmark
@@ -42,31 +44,31 @@ LABELS = "per-subject accuracy (labels)"
 
 def overall_accuracy(observed, n_test):
     """Each model's mean observed score, repeated for every test query."""
-    return np.repeat(np.nanmean(observed, axis=1)[:, None], n_test, axis=1)
+    return np.repeat(np.nanmean(observed, axis=0)[None, :], n_test, axis=0)
 
 
 def per_subject_accuracy(observed, train_subjects, test_subjects):
     """Each model's mean score on the test query's subject (overall if unseen)."""
-    overall = np.nanmean(observed, axis=1)
-    out = np.repeat(overall[:, None], len(test_subjects), axis=1)
+    overall = np.nanmean(observed, axis=0)
+    out = np.repeat(overall[None, :], len(test_subjects), axis=0)
     seen = ~np.isnan(observed)
     for subject in np.unique(test_subjects):
-        columns = train_subjects == subject
-        counts = seen[:, columns].sum(axis=1)
-        sums = np.nansum(observed[:, columns], axis=1)
+        rows = train_subjects == subject
+        counts = seen[rows].sum(axis=0)
+        sums = np.nansum(observed[rows], axis=0)
         rate = np.where(counts > 0, sums / np.maximum(counts, 1), overall)
-        out[:, test_subjects == subject] = rate[:, None]
+        out[test_subjects == subject] = rate[None, :]
     return out
 
 
 def nearest_queries(observed, train_vectors, test_vectors, k=10):
     """Each model's mean score on its ``k`` observed queries nearest each test query."""
     similarity = torch.as_tensor(test_vectors @ train_vectors.T)  # (test, train)
-    out = np.empty((len(observed), len(test_vectors)))
-    for i, row in enumerate(observed):
-        seen = np.flatnonzero(~np.isnan(row))
+    out = np.empty((len(test_vectors), observed.shape[1]))
+    for i, column in enumerate(observed.T):
+        seen = np.flatnonzero(~np.isnan(column))
         nearest = torch.topk(similarity[:, seen], min(k, len(seen)), dim=1).indices
-        out[i] = row[seen][nearest.numpy()].mean(axis=1)
+        out[:, i] = column[seen][nearest.numpy()].mean(axis=1)
     return out
 
 
@@ -93,6 +95,9 @@ class EncodedFactorModel:
         Item-parameter weights.
     factors_ : Tensor of shape (n_models, dim)
         Factors of the training models.
+
+    Observations and predictions are ``(n_queries, n_models)``; inside, the
+    logits are ``(n_models, n_queries)``, a row per model as its factors are.
     """
 
     def __init__(self, kind, dim=16, steps=400, item_decay=1e-4, seed=0):
@@ -120,6 +125,7 @@ class EncodedFactorModel:
 
     def _fit_factors(self, observed, vectors, parameters):
         """Minimise the masked logistic loss plus the N(0, I) prior on factors."""
+        observed = np.ascontiguousarray(observed.T)  # a row per model, as the logits
         target = torch.as_tensor(np.nan_to_num(observed), dtype=torch.float32)
         seen = torch.as_tensor(~np.isnan(observed), dtype=torch.float32)
         n_seen = seen.sum().clamp(min=1)
@@ -169,7 +175,7 @@ class EncodedFactorModel:
         """Fit each new model's factors on its observations; P(correct) on tests."""
         factors = self._fit_factors(observed, train_vectors, [])
         with torch.no_grad():
-            return torch.sigmoid(self._logits(factors, test_vectors)).numpy()
+            return torch.sigmoid(self._logits(factors, test_vectors)).numpy().T
 
 
 ITEM_DECAYS = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
@@ -178,7 +184,7 @@ ITEM_DECAYS = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 def tuned_factor_model(kind, observed, vectors, seed, decays=ITEM_DECAYS, held=0.2):
     """An ``EncodedFactorModel`` whose ``item_decay`` is chosen on held-out queries.
 
-    A fraction ``held`` of the training queries (columns of ``observed``) is kept
+    A fraction ``held`` of the training queries (rows of ``observed``) is kept
     out; for each penalty, the model is fitted on the rest and scored by the mean
     log loss of the training models on the held-out queries (new queries, as test
     queries are). The best penalty is then refitted on every training query.
@@ -191,14 +197,14 @@ def tuned_factor_model(kind, observed, vectors, seed, decays=ITEM_DECAYS, held=0
         Held-out log loss of each penalty tried.
     """
     rng = np.random.default_rng((seed, 7))
-    held_out = np.zeros(observed.shape[1], dtype=bool)
+    held_out = np.zeros(len(observed), dtype=bool)
     held_out[rng.choice(len(held_out), int(round(held * len(held_out))), False)] = True
-    target = observed[:, held_out]
+    target = observed[held_out].T  # (n_models, n_held), as the logits
     seen = ~np.isnan(target)
     losses = {}
     for decay in decays:
         model = EncodedFactorModel(kind, item_decay=decay, seed=seed).fit(
-            observed[:, ~held_out], vectors[~held_out]
+            observed[~held_out], vectors[~held_out]
         )
         with torch.no_grad():
             logits = model._logits(model.factors_, vectors[held_out]).numpy()

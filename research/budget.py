@@ -95,10 +95,10 @@ THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 def mlp_per_model(pool, seed):
     """P(correct) of one small MLP per model on the query encodings."""
     out = np.empty(pool.test.shape)
-    for i, row in enumerate(pool.train):
-        labels = row >= 0.5
+    for i, column in enumerate(pool.train.T):
+        labels = column >= 0.5
         if labels.all() or not labels.any():
-            out[i] = float(labels.mean())
+            out[:, i] = float(labels.mean())
             continue
         network = MLPClassifier(
             hidden_layer_sizes=(64,),
@@ -110,18 +110,18 @@ def mlp_per_model(pool, seed):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             network.fit(pool.train_vectors, labels)
-        out[i] = network.predict_proba(pool.test_vectors)[:, 1]
+        out[:, i] = network.predict_proba(pool.test_vectors)[:, 1]
     return out
 
 
 def group_tally(pool):
     """Each model's mean train score on each test question's benchmark."""
     out = np.empty(pool.test.shape)
-    overall = np.nanmean(pool.train, axis=1)
+    overall = np.nanmean(pool.train, axis=0)
     for group in np.unique(pool.test_groups):
         train = pool.train_groups == group
-        tally = np.nanmean(pool.train[:, train], axis=1) if train.any() else overall
-        out[:, pool.test_groups == group] = tally[:, None]
+        tally = np.nanmean(pool.train[train], axis=0) if train.any() else overall
+        out[pool.test_groups == group] = tally[None, :]
     return out
 
 
@@ -131,10 +131,10 @@ def threshold_gap(scores, probabilities, cost):
     gaps = []
     for t in THRESHOLDS:
         chosen = best_models(threshold_utilities(probabilities, cost, t))
-        columns = np.arange(scores.shape[1])
-        realised = scores[chosen, columns]
+        rows = np.arange(len(scores))
+        realised = scores[rows, chosen]
         observed = ~np.isnan(realised)
-        promised = probabilities[chosen, columns][observed].mean()
+        promised = probabilities[rows, chosen][observed].mean()
         gaps.append(abs(promised - realised[observed].mean()))
     return float(max(gaps))
 
@@ -155,7 +155,7 @@ def priced_openllm_pools(folder, sizes, seed):
 
 
 def pool_costs(pool, source, folder):
-    """Cost of each model on each test question, ``(n_models, n_test)``."""
+    """Cost of each model on each test question, ``(n_test, n_models)``."""
     if source == "llmrouter":
         models = pd.read_parquet(Path(folder) / "models.parquet").set_index("model")
         queries = pd.read_parquet(Path(folder) / "queries.parquet").set_index(
@@ -163,8 +163,8 @@ def pool_costs(pool, source, folder):
         )
         price = models.loc[pool.model_names, "input_price"].to_numpy(np.float64)
         length = queries.loc[pool.test_ids, "query"].str.len().to_numpy(np.float64)
-        return price[:, None] * length[None, :] / 1e6
-    return np.repeat(pool.params_b[:, None], len(pool.test_ids), axis=1)
+        return price[None, :] * length[:, None] / 1e6
+    return np.repeat(pool.params_b[None, :], len(pool.test_ids), axis=0)
 
 
 def frontier_figures(scores, probabilities, cost, span, target, dearest):
@@ -215,20 +215,20 @@ def measure(pool, source, folder, seed, cache, overrides):
         )
         predictions["LOCUS, router with benchmark groups"] = router.predict_correctness(
             pool.test_ids, pool.test_groups
-        ).T
+        )
         predictions["LOCUS, router with benchmark groups told from the text"] = (
-            router.predict_correctness(pool.test_ids).T
+            router.predict_correctness(pool.test_ids)
         )
     router_seconds = {}
     for name, router in routers.items():
         start = time.perf_counter()
         router.fit_evaluations(pool.train_sets, names)
         router_seconds[name] = time.perf_counter() - start
-        predictions[name] = router.predict_correctness(pool.test_ids).T
+        predictions[name] = router.predict_correctness(pool.test_ids)
     scores = pool.test
     cost = pool_costs(pool, source, folder)
-    model_costs = cost.mean(axis=1)
-    model_qualities = np.nanmean(scores, axis=1)
+    model_costs = cost.mean(axis=0)
+    model_qualities = np.nanmean(scores, axis=0)
     span = (model_costs.min(), model_costs.max())
     best = int(np.argmax(model_qualities))
     target = (model_qualities[best], model_costs[best])
@@ -236,14 +236,14 @@ def measure(pool, source, folder, seed, cache, overrides):
     row = {
         "pool": pool.name,
         "seed": seed,
-        "models": len(scores),
+        "models": scores.shape[1],
         "fit_seconds": round(fit_seconds + router_seconds[LOCUS], 1),
         "embedder_seconds": round(fit_seconds, 1),
         "best single model": float(model_qualities[best]),
         # How far the test questions move each model's accuracy from the train
         # questions': a shift no calibration fitted on train evaluations sees.
         "accuracy shift": float(
-            np.mean(np.abs(np.nanmean(pool.train, axis=1) - model_qualities))
+            np.mean(np.abs(np.nanmean(pool.train, axis=0) - model_qualities))
         ),
         "random mixing": {
             "aiq": aiq(model_costs, model_qualities, cost_range=span),

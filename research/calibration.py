@@ -75,7 +75,8 @@ def measure(data, seed, overrides, cache):
         current.refine_steps = steps
         fitted_p = predictions(data, current, calibration, seed)
         test_p = predictions(data, current, evaluation, seed)
-        fitted_y, test_y = data.test_matrix[calibration], data.test_matrix[evaluation]
+        fitted_y = data.test_matrix[:, calibration]
+        test_y = data.test_matrix[:, evaluation]
         figures = {
             "ece before": expected_calibration_error(test_y, test_p),
             "correctness": correctness_accuracy(test_y, test_p),

@@ -15,7 +15,9 @@ on each pool at n = 64, 128, 256 and 512 evaluations per model, over the first
 ``--draws`` draws, on the 269 test queries. It uses only what every commit
 since 02b3824 has: the checkout's Open LLM data module (``OpenLLM``,
 ``draw_states``; ``research/openllm_data.py``, or ``benchmarks/openllm.py``
-before the research scripts left ``benchmarks/``) and sklocus's public API.
+before the research scripts left ``benchmarks/``) and sklocus's public API. Its
+scores and predictions are oriented as that commit's are: a row per model before
+sklocus made ``(n_queries, n_models)`` its one convention, a row per query since.
 """
 
 from __future__ import annotations
@@ -30,6 +32,18 @@ from pathlib import Path
 import numpy as np
 
 POOLS, POOL_SIZE, SIZES = 8, 112, (64, 128, 256, 512)
+
+
+def pool_truth(data, pool):
+    """The pool's test scores, oriented as the checkout's ``test_matrix`` is.
+
+    ``(n_test_queries, n_models)`` since sklocus has a row per query everywhere,
+    as that commit's ``predict_correctness`` and metrics have them;
+    ``(n_models, n_test_queries)`` before, as theirs had.
+    """
+    if data.test_matrix.shape[0] == len(data.test_ids):
+        return data.test_matrix[:, pool]
+    return data.test_matrix[pool]
 
 
 def _data_module(checkout):
@@ -75,7 +89,7 @@ def main():
     seconds = time.perf_counter() - start
     rows = []
     for pool in pools:
-        truth, sets = data.test_matrix[pool], data.sets(pool)
+        truth, sets = pool_truth(data, pool), data.sets(pool)
         row = {"correctness": [], "routing": []}
         for n in SIZES:
             correctness, routing = [], []

@@ -204,7 +204,8 @@ def measure(data, scores, seed, embedder, embedder_training, stronger=False):
         line = np.quantile(average[training], 0.9)
         training = training[average[training] < line]
         held = held[average[held] >= line]
-    matrix, benchmarks, ids = data.train_matrix, data.train_benchmarks, data.train_ids
+    # A row per model (train queries as columns): the samples of the regressions.
+    matrix, benchmarks, ids = data.train_matrix.T, data.train_benchmarks, data.train_ids
     references = np.intersect1d(embedder_training, training)
     start = time.perf_counter()
     frame = pd.DataFrame(scores[references], columns=list(BENCHMARKS))
@@ -293,7 +294,7 @@ def example(data, scores, seed, embedder, embedder_training, total=125):
     estimator = ScoreEstimator(
         embedder, max_reference_models=MAX_REFERENCES, random_state=seed
     ).fit(data.sets(references), frame)
-    row = data.train_matrix[model]
+    row = data.train_matrix[:, model]
     position = {q: k for k, q in enumerate(data.train_ids)}
     results = estimator.collect_evaluations(
         lambda queries: [float(row[position[q]]) for q in queries],

@@ -91,7 +91,7 @@ def redraw_shift(data, embedder, embeddings, seed):
     fresh = []
     for i, evaluations in enumerate(data.evaluation_sets):
         queries = rng.choice(len(ids), size=len(evaluations), replace=False)
-        answers = rng.random(len(queries)) < data.probabilities[i, queries]
+        answers = rng.random(len(queries)) < data.probabilities[queries, i]
         fresh.append(dict(zip(ids[queries].tolist(), answers.astype(float).tolist())))
     return embedder.transform(fresh) - embeddings
 
@@ -164,7 +164,7 @@ def profile_error(data, embedder, embeddings, metric):
         for b in benchmarks
     }
     truth = np.stack(
-        [data.probabilities[:, data.benchmarks == b].mean(axis=1) for b in benchmarks],
+        [data.probabilities[data.benchmarks == b].mean(axis=0) for b in benchmarks],
         axis=1,
     )
     found, typical = [], []

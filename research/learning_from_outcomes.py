@@ -77,8 +77,8 @@ def router_on(embedder, data, pool, n, seed, **params):
 
 
 def measured(router, data, pool):
-    p = router.predict_correctness(data.test_ids).T
-    truth = data.test_matrix[pool]
+    p = router.predict_correctness(data.test_ids)
+    truth = data.test_matrix[:, pool]
     return {
         "routing": float(routing_accuracy(truth, p)),
         "correctness": float(correctness_accuracy(truth, p)),
@@ -97,7 +97,7 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
         exploration=exploration,
         exploration_strength=strength,
     )
-    truth = data.train_matrix[pool]  # (models, train queries), fully observed
+    truth = data.train_matrix[:, pool]  # (train queries, models), fully observed
     rng = np.random.default_rng((seed, int(pool[0]), 23))
     arrivals = rng.integers(0, len(data.train_ids), CHECKPOINTS[-1])
     rows, served, learnt, seconds, seen = [], 0, 0, 0.0, set()
@@ -113,7 +113,7 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
                 fresh = [i for i in dict.fromkeys(chunk.tolist()) if i not in seen]
                 seen.update(fresh)
                 if fresh:
-                    outcomes = pd.DataFrame(truth[:, fresh].T, columns=router.classes_)
+                    outcomes = pd.DataFrame(truth[fresh], columns=router.classes_)
                     router.partial_fit([data.train_ids[i] for i in fresh], outcomes)
                 learnt += len(chunk) * len(pool)
             elif policy != "none":
@@ -124,7 +124,7 @@ def simulate(embedder, data, pool, seed, policy, strength, batch):
                 # in the table; the data's outcomes repeat exactly, so their
                 # mean is the same.
                 outcomes = pd.DataFrame(
-                    {"query": queries, "model": chosen, "score": truth[models, chunk]}
+                    {"query": queries, "model": chosen, "score": truth[chunk, models]}
                 ).drop_duplicates(["query", "model"])
                 table = outcomes.pivot(index="query", columns="model", values="score")
                 router.partial_fit(list(table.index), table)

@@ -166,17 +166,20 @@ def cluster_tally(observed, train_codes, test_codes):
 
 
 def tally_held_out_loss(observed, codes):
-    """Held-out log loss of a per-cluster tally: half the queries predict the rest."""
+    """Held-out log loss of a per-cluster tally: half the queries predict the rest.
+
+    ``observed`` is ``(n_queries, n_models)``, ``codes`` each query's cluster.
+    """
     rng = np.random.default_rng(0)
-    fold = rng.integers(0, 2, observed.shape[1])
+    fold = rng.integers(0, 2, len(observed))
     total = 0.0
     count = 0
     for f in (0, 1):
-        train = np.where(fold == f, observed, np.nan)
+        train = np.where((fold == f)[:, None], observed, np.nan)
         p = baselines.per_subject_accuracy(train, codes, codes)
-        cols = fold != f
-        o = observed[:, cols]
-        q = np.clip(p[:, cols], 0.02, 0.98)
+        rows = fold != f
+        o = observed[rows]
+        q = np.clip(p[rows], 0.02, 0.98)
         seen = ~np.isnan(o)
         total += float(
             -(o[seen] * np.log(q[seen]) + (1 - o[seen]) * np.log(1 - q[seen])).sum()
@@ -186,25 +189,29 @@ def tally_held_out_loss(observed, codes):
 
 
 def per_model_logistic(observed, train_vectors, test_vectors, C=1.0):
-    out = np.empty((len(observed), len(test_vectors)))
-    for m, row in enumerate(observed):
-        seen = ~np.isnan(row)
-        y = row[seen] > 0.5
+    """P(correct) ``(n_test, n_models)`` of a logistic regression per model.
+
+    Each is fitted on its column of ``observed`` ``(n_train, n_models)``.
+    """
+    out = np.empty((len(test_vectors), observed.shape[1]))
+    for m, column in enumerate(observed.T):
+        seen = ~np.isnan(column)
+        y = column[seen] > 0.5
         if y.all() or not y.any():
-            out[m] = y.mean()
+            out[:, m] = y.mean()
             continue
         model = LogisticRegression(C=C, max_iter=200).fit(train_vectors[seen], y)
-        out[m] = model.predict_proba(test_vectors)[:, 1]
+        out[:, m] = model.predict_proba(test_vectors)[:, 1]
     return out
 
 
 def measure_pool(data, embedder, mf, pool, seed, n, figures):
-    truth = data.test_matrix[pool]
+    truth = data.test_matrix[:, pool]
     drawn = subsample(data.sets(pool), n, random_state=seed)
     observed, _ = to_matrix(drawn, queries=data.train_ids)
-    kept = ~np.isnan(observed).all(axis=0)
+    kept = ~np.isnan(observed).all(axis=1)
     queries = np.array([q for q, k in zip(data.train_ids, kept) if k], dtype=object)
-    scores = observed[:, kept].T  # (queries, models)
+    scores = observed[kept]  # (queries, models)
     vectors = data.train_vectors[kept]
     benchmarks = data.train_benchmarks[kept]
     frozen = FrozenEstimator(embedder)
@@ -256,7 +263,7 @@ def measure_pool(data, embedder, mf, pool, seed, n, figures):
             continue
         km = KMeans(k, n_init=4, random_state=seed).fit(vectors)
         clusterings[k] = km
-        tally_losses[k] = tally_held_out_loss(observed[:, kept], km.labels_)
+        tally_losses[k] = tally_held_out_loss(scores, km.labels_)
     for shrinkage in SHRINKAGES:
         for k, km in clusterings.items():
             losses[(k, shrinkage)] = held_out_loss(
@@ -324,24 +331,21 @@ def measure_pool(data, embedder, mf, pool, seed, n, figures):
             p[BEFORE] if k == "none" else labelled(shrinkage)
         )
     # Tallies.
-    obs = observed[:, kept]
     p["per-benchmark tally (labels)"] = baselines.per_subject_accuracy(
-        obs, benchmarks, data.test_benchmarks
-    ).T
+        scores, benchmarks, data.test_benchmarks
+    )
     tally_k = min(tally_losses, key=tally_losses.get)
     figures.setdefault("tally k", []).append(int(tally_k))
     for name, k in (("cluster tally (k by CV)", tally_k), ("cluster tally (k=60)", 60)):
         km = clusterings[k]
-        p[name] = cluster_tally(obs, km.labels_, km.predict(data.test_vectors)).T
+        p[name] = cluster_tally(scores, km.labels_, km.predict(data.test_vectors))
     p["per-model logistic regression"] = per_model_logistic(
-        obs, vectors, data.test_vectors
-    ).T
+        scores, vectors, data.test_vectors
+    )
     if mf is not None:
         p["MF (dim 16)"] = mf.predict(observed, data.train_vectors, data.test_vectors)
+    # Every prediction is (test queries, models), as truth is.
     for method, probabilities in p.items():
-        probabilities = np.asarray(probabilities)
-        if probabilities.shape[0] != truth.shape[0]:
-            probabilities = probabilities.T
         for metric, score in (
             ("correctness", correctness_accuracy),
             ("routing", routing_accuracy),
@@ -621,7 +625,7 @@ def main():
     mf = None
     if not arguments.no_mf:
         mf, losses = baselines.tuned_factor_model(
-            "mf", data.train_matrix[training], data.train_vectors, arguments.seed
+            "mf", data.train_matrix[:, training], data.train_vectors, arguments.seed
         )
         print(f"mf item penalty {mf.item_decay} (held-out {losses})", flush=True)
     result = {

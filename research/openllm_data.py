@@ -24,7 +24,12 @@ POOL_SIZE = 112
 
 
 class OpenLLM:
-    """The shared data as matrices over train and test queries."""
+    """The shared data as matrices over train and test queries.
+
+    ``train_matrix`` is ``(n_train_queries, n_models)`` and ``test_matrix``
+    ``(n_test_queries, n_models)``: a row per query and a column per model, as
+    :func:`sklocus.evaluations.to_matrix` gives them, NaN where unobserved.
+    """
 
     def __init__(self, folder, encoder):
         data = load_evaluations(folder, encoder=encoder)

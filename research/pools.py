@@ -148,7 +148,7 @@ class Baselines:
         self.factor_models = {}
         for kind in ("mf", "irt"):
             model, losses = baselines.tuned_factor_model(
-                kind, data.train_matrix[training], data.train_vectors, seed
+                kind, data.train_matrix[:, training], data.train_vectors, seed
             )
             print(
                 f"{kind} item penalty {model.item_decay} (held-out {losses})",
@@ -206,7 +206,7 @@ def tallies(data):
 def profile_spread(probabilities):
     """Mean over models of the sd of a model's logits over the test queries."""
     p = np.clip(probabilities, 1e-6, 1 - 1e-6)
-    return float(np.log(p / (1 - p)).std(axis=1).mean())
+    return float(np.log(p / (1 - p)).std(axis=0).mean())
 
 
 def router_predictions(data, embedder, drawn, routers):
@@ -217,9 +217,9 @@ def router_predictions(data, embedder, drawn, routers):
     is given for the train and test queries.
     """
     observed, _ = to_matrix(drawn, queries=data.train_ids)
-    kept = ~np.isnan(observed).all(axis=0)
+    kept = ~np.isnan(observed).all(axis=1)
     queries = [q for q, keep in zip(data.train_ids, kept) if keep]
-    Y = pd.DataFrame(observed[:, kept].T)
+    Y = pd.DataFrame(observed[kept])
     labels = {
         "subject": (data.train_subjects, data.test_subjects),
         "benchmark": (data.train_benchmarks, data.test_benchmarks),
@@ -234,14 +234,14 @@ def router_predictions(data, embedder, drawn, routers):
             train_groups, test_groups = labels[groups]
             router.fit(queries, Y, query_groups=train_groups[kept])
             p = router.predict_correctness(data.test_ids, query_groups=test_groups)
-        out[name] = p.T
+        out[name] = p
     return out
 
 
 def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws, routers):
     """{metric: {method: [value per n]}} for one pool, each the mean over draws."""
     cheap = tallies(data)
-    truth = data.test_matrix[pool]
+    truth = data.test_matrix[:, pool]
     sets = data.sets(pool)
     figures = {}
     for n in SIZES:
@@ -272,7 +272,7 @@ def prediction_figures(data, embedders, fitted_baselines, pool, seed, draws, rou
 def portfolio_routing(truth, probabilities, selected):
     """Routing accuracy when only the ``selected`` models may be chosen."""
     masked = np.full_like(probabilities, -np.inf)
-    masked[selected] = probabilities[selected]
+    masked[:, selected] = probabilities[:, selected]
     return routing_accuracy(truth, masked)
 
 
@@ -284,7 +284,7 @@ def geometry_figures(data, embedder, pool):
     LOCUS's predictions among the chosen models only.
     """
     z = embedder.transform(data.sets(pool))
-    truth = data.test_matrix[pool]
+    truth = data.test_matrix[:, pool]
     probabilities = embedder.predict_correctness(z, data.test_ids)
     full = routing_accuracy(truth, probabilities)
     portfolios = {
@@ -308,7 +308,7 @@ def geometry_figures(data, embedder, pool):
 def disagreement_rates(matrix, pairs):
     """Rate at which two models' scores differ on the queries both have.
 
-    NaN for a pair with no query in common.
+    ``matrix`` has a row per model. NaN for a pair with no query in common.
     """
     first, second = matrix[pairs[:, 0]], matrix[pairs[:, 1]]
     both = ~np.isnan(first) & ~np.isnan(second)
@@ -352,7 +352,8 @@ def duplicate_figures(data, embedder, seed):
     """
     models = np.array([i for i, s in enumerate(data.train_sets) if s])
     sets = [data.train_sets[i] for i in models]
-    matrix = np.concatenate([data.train_matrix, data.test_matrix], axis=1)[models]
+    # A row per model, train queries then test queries, as disagreement_rates reads.
+    matrix = np.concatenate([data.train_matrix, data.test_matrix])[:, models].T
     by_content = {}
     for row, evaluations in enumerate(sets):
         by_content.setdefault(frozenset(evaluations.items()), []).append(row)

@@ -101,7 +101,7 @@ def split_models(data, scores, seed):
     candidates = np.flatnonzero(data.fully_observed & data.dense)
     held = np.sort(rng.permutation(candidates)[:HELD_OUT])
     known = ~np.isnan(scores).any(axis=1)
-    observed = ~np.isnan(data.train_matrix).any(axis=1)
+    observed = ~np.isnan(data.train_matrix).any(axis=0)
     training = np.setdiff1d(np.flatnonzero(known & observed), held)
     return held[known[held]], training
 
@@ -159,7 +159,7 @@ def rmse(estimates, truth):
 
 def item_mean(data, scores, held, training, n, mode, rng):
     """RMSE of the linearly mapped item means, for one draw."""
-    matrix, benchmarks = data.train_matrix, data.train_benchmarks
+    matrix, benchmarks = data.train_matrix.T, data.train_benchmarks  # a row per model
     fit_means = draw_means(matrix[training], benchmarks, n, rng, mode)
     test_means = draw_means(matrix[held], benchmarks, n, rng, mode)
     estimates = np.empty((len(held), len(BENCHMARKS)))
@@ -172,8 +172,8 @@ def item_mean(data, scores, held, training, n, mode, rng):
 def all_items(data, scores, held, training):
     """RMSE of ridge read-outs of every train item, the linear ceiling."""
     ridge = RidgeCV(alphas=np.logspace(-2, 3, 11))
-    ridge.fit(data.train_matrix[training], scores[training])
-    return rmse(ridge.predict(data.train_matrix[held]), scores[held])
+    ridge.fit(data.train_matrix[:, training].T, scores[training])
+    return rmse(ridge.predict(data.train_matrix[:, held].T), scores[held])
 
 
 def measure(data, scores, seed, draws):
@@ -308,7 +308,7 @@ def measure_models(data, scores, seed, embedder, references):
     map_models = np.sort(rng.choice(training, MAP_MODELS, replace=False))
     held = np.sort(rng.choice(held, min(MAP_MODELS, len(held)), replace=False))
     references = np.setdiff1d(references, map_models)
-    matrix, benchmarks = data.train_matrix, data.train_benchmarks
+    matrix, benchmarks = data.train_matrix.T, data.train_benchmarks  # a row per model
     ids = data.train_ids
     start = time.perf_counter()
     estimator = ScoreEstimator(embedder, random_state=seed).fit(data.sets(references))
@@ -407,7 +407,7 @@ def measure_onboarding(data, seed, embedder, references):
                 drawn = onboarding_sets(estimator, data, pool, n, strategy, seed)
                 Z = embedder.transform(drawn)
                 p = embedder.predict_correctness(Z, data.test_ids)
-                truth = data.test_matrix[pool]
+                truth = data.test_matrix[:, pool]
                 figures["correctness"].append(correctness_accuracy(truth, p))
                 figures["routing"].append(routing_accuracy(truth, p))
             rows.append(

@@ -77,7 +77,7 @@ LOGISTIC_C = (0.01, 0.1, 1.0, 10.0, 100.0)
 
 
 class Pool:
-    """One pool's train and test matrices (models x queries) and encodings."""
+    """One pool's train and test matrices (queries x models) and encodings."""
 
     def __init__(self, name, data, models, vectors_by_id):
         split = data.queries.set_index("query_id")["split"]
@@ -144,10 +144,10 @@ def openllm_pools(folder, sizes, seed):
 def logistic_per_model(pool):
     """P(correct) of one cross-validated logistic regression per model."""
     out = np.empty(pool.test.shape)
-    for i, row in enumerate(pool.train):
-        labels = row >= 0.5
+    for i, column in enumerate(pool.train.T):
+        labels = column >= 0.5
         if labels.all() or not labels.any():
-            out[i] = float(labels.mean())
+            out[:, i] = float(labels.mean())
             continue
         search = GridSearchCV(
             LogisticRegression(max_iter=2000),
@@ -160,15 +160,15 @@ def logistic_per_model(pool):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             search.fit(pool.train_vectors, labels)
-        out[i] = search.predict_proba(pool.test_vectors)[:, 1]
+        out[:, i] = search.predict_proba(pool.test_vectors)[:, 1]
     return out
 
 
 def matrix_factorisation(pool, seed):
     model, _ = baselines.tuned_factor_model("mf", pool.train, pool.train_vectors, seed)
     with torch.no_grad():
-        logits = model._logits(model.factors_, pool.test_vectors)
-    return torch.sigmoid(logits).numpy()
+        logits = model._logits(model.factors_, pool.test_vectors)  # (models, test)
+    return torch.sigmoid(logits).numpy().T
 
 
 def fitted_embedder(pool, seed, overrides, cache):
@@ -199,10 +199,10 @@ def measure(pool, seed, overrides, cache):
     forward = embedder.predict_correctness(
         embedder.transform(pool.train_sets), pool.test_ids
     )
-    frame = pd.DataFrame(pool.train.T)
+    frame = pd.DataFrame(pool.train)
     router = LocusRouter(FrozenEstimator(embedder))
     router.fit(pool.train_ids, frame)
-    routed = router.predict_correctness(pool.test_ids).T
+    routed = router.predict_correctness(pool.test_ids)
     predictions = {
         "overall accuracy": baselines.overall_accuracy(pool.train, len(pool.test_ids)),
         "k-nearest queries (k=10)": baselines.nearest_queries(
@@ -217,7 +217,7 @@ def measure(pool, seed, overrides, cache):
     return {
         "pool": pool.name,
         "seed": seed,
-        "models": len(pool.train),
+        "models": pool.train.shape[1],
         "fit_seconds": round(fit_seconds, 1),
         "epochs": epochs,
         "correctness": {
@@ -226,8 +226,8 @@ def measure(pool, seed, overrides, cache):
         "routing": {
             name: routing_accuracy(pool.test, p) for name, p in predictions.items()
         },
-        "best single model": float(np.nanmean(pool.test, axis=1).max()),
-        "oracle": float(np.nanmax(pool.test >= 0.5, axis=0).mean()),
+        "best single model": float(np.nanmean(pool.test, axis=0).max()),
+        "oracle": float(np.nanmax(pool.test >= 0.5, axis=1).mean()),
     }
 
 

@@ -38,7 +38,7 @@ by default; "forward" the forward pass):
 - baselines fitted only on the left-out benchmark's evaluations of the pool's
   models (``n`` each): overall accuracy, per-subject accuracy (mmlu, whose
   subjects are labels), k-nearest queries, and MF (dim 16; fitted on the pool's
-  ``n``-evaluation matrix, its item penalty chosen on held-out columns of that
+  ``n``-evaluation matrix, its item penalty chosen on held-out queries of that
   matrix once per fold and pool).
 
 The in-domain rows check what refinement does where the encoder was trained: the
@@ -222,8 +222,8 @@ def evaluate_pool(
     settings = (("transfer", True), ("in-domain", False))
     for setting, inside in settings[:1] if transfer_only else settings:
         if setting == "in-domain":
-            columns = np.flatnonzero(data.test_benchmarks != benchmark)
-            test_ids = [data.test_ids[c] for c in columns]
+            positions = np.flatnonzero(data.test_benchmarks != benchmark)
+            test_ids = [data.test_ids[c] for c in positions]
             train_ids = [
                 q
                 for q, b in zip(data.train_ids, data.train_benchmarks)
@@ -231,15 +231,15 @@ def evaluate_pool(
             ]
             embedders = {"zero-shot": fits["zero-shot"][0]}
         else:
-            columns, test_ids = folds.queries(benchmark, "test")
+            positions, test_ids = folds.queries(benchmark, "test")
             _, train_ids = folds.queries(benchmark, "train")
             embedders = {label: fit for label, (fit, _) in fits.items()}
-        truth = data.test_matrix[pool][:, columns]
+        truth = data.test_matrix[np.ix_(positions, pool)]  # (test queries, models)
         sets = folds.sets(pool, benchmark, inside)
         train_vectors = data.encoder.transform(train_ids)
         test_vectors = data.encoder.transform(test_ids)
         subjects = data.train_subjects[np.isin(data.train_ids, train_ids)]
-        test_subjects = data.test_subjects[columns]
+        test_subjects = data.test_subjects[positions]
         mf = None
         for n in sorted({min(n, len(train_ids)) for n in sizes}):
             scores = {}
@@ -289,7 +289,7 @@ def evaluate_pool(
                         n=n,
                         correctness=float(correctness),
                         routing=float(routing),
-                        oracle=float(np.nanmax(truth, axis=0).mean()),
+                        oracle=float(np.nanmax(truth, axis=1).mean()),
                         n_test=len(test_ids),
                     )
                 )

@@ -53,39 +53,40 @@ ROUTERS = {"router": None, "router, calibrated": "pool"}
 
 
 def queries_of(folds, benchmark, setting):
-    """Test columns, test ids and train ids of a fold's setting."""
+    """Test query positions (rows of ``test_matrix``), test ids and train ids of a
+    fold's setting."""
     data = folds.data
     if setting == "transfer":
-        columns, test_ids = folds.queries(benchmark, "test")
-        return columns, test_ids, folds.queries(benchmark, "train")[1]
-    columns = np.flatnonzero(data.test_benchmarks != benchmark)
+        positions, test_ids = folds.queries(benchmark, "test")
+        return positions, test_ids, folds.queries(benchmark, "train")[1]
+    positions = np.flatnonzero(data.test_benchmarks != benchmark)
     train_ids = [
         q for q, b in zip(data.train_ids, data.train_benchmarks) if b != benchmark
     ]
-    return columns, [data.test_ids[c] for c in columns], train_ids
+    return positions, [data.test_ids[c] for c in positions], train_ids
 
 
 def measure(folds, embedder, benchmark, setting, pool_seed, n, draws):
     """One row per method: each metric's mean over the draws, and the slopes."""
     data = folds.data
-    columns, test_ids, _ = queries_of(folds, benchmark, setting)
+    positions, test_ids, _ = queries_of(folds, benchmark, setting)
     pool = folds.pools[pool_seed]
-    truth = data.test_matrix[pool][:, columns]
+    truth = data.test_matrix[np.ix_(positions, pool)]  # (test queries, models)
     sets = folds.sets(pool, benchmark, setting == "transfer")
     found, slopes = {}, []
     for state in draw_states(pool_seed, draws):
         drawn = subsample(sets, n, random_state=state)
         observed, queries = to_matrix(drawn)
-        Y = pd.DataFrame(observed.T, columns=[f"m{i}" for i in range(len(drawn))])
+        Y = pd.DataFrame(observed, columns=[f"m{i}" for i in range(len(drawn))])
         predictions = {
             "overall accuracy": np.repeat(
-                np.nanmean(observed, axis=1)[:, None], len(test_ids), axis=1
+                np.nanmean(observed, axis=0)[None, :], len(test_ids), axis=0
             )
         }
         for label, calibration in ROUTERS.items():
             router = LocusRouter(FrozenEstimator(embedder), calibration=calibration)
             router.fit(queries, Y)
-            predictions[label] = router.predict_correctness(test_ids).T
+            predictions[label] = router.predict_correctness(test_ids)
             if calibration:
                 slopes.append(router.calibration_slope_)
         for label, p in predictions.items():
