@@ -520,12 +520,6 @@ def create_app(service, *, token=None, limits=None):
         )
     app.router.route_class = _StrictJSONRoute
     authorised = [Depends(_token_check(token))]
-    if limits is None:
-        limits = ServerLimits()
-    elif not isinstance(limits, ServerLimits):
-        raise TypeError(
-            f"limits is a {type(limits).__name__}; give a ServerLimits or None"
-        )
 
     # Handlers are coroutines, answered on the event loop: a plain function
     # would cost each refused request a trip through the thread pool.
