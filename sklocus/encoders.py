@@ -378,10 +378,13 @@ class PrecomputedEncoder(_QueryEncoder):
            [1., 0.]], dtype=float32)
     """
 
+    _parameter_constraints = {"queries": ["array-like"], "vectors": ["array-like"]}
+
     def __init__(self, queries, vectors):
         self.queries = queries
         self.vectors = vectors
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X=None, y=None):
         """Check the lookup table and return ``self``.
 
