@@ -56,6 +56,8 @@ LAYERS = [
     # What is built on the estimators: model files and the model map.
     ["_persistence", "report"],
     ["serve"],
+    # Routing inside other tools (LiteLLM), in process or through sklocus serve.
+    ["integrations"],
     # The faces: the command line and the package's own namespace.
     ["cli", "__main__", ""],
 ]

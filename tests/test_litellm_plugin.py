@@ -1,0 +1,222 @@
+"""LiteLLM's Router with sklocus's routing plugin, offline (LiteLLM's mock answers).
+
+Each deployment of the gateway answers with its own name (``mock_response``), so
+an answer says which model LiteLLM sent the request to.
+"""
+
+import asyncio
+import logging
+import os
+import threading
+import time
+
+import pandas as pd
+import pytest
+from sklearn.frozen import FrozenEstimator
+from tiny import TINY_NETWORK, TINY_POOL
+
+# LiteLLM fetches its price list from the network on import unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from litellm import Router  # noqa: E402
+from litellm.types.router import RoutingContext  # noqa: E402
+
+import sklocus  # noqa: E402
+from sklocus import LocusEmbedder, LocusRouter  # noqa: E402
+from sklocus.datasets import make_evaluations  # noqa: E402
+from sklocus.evaluations import to_matrix  # noqa: E402
+from sklocus.integrations.litellm import LocusRoutingPlugin  # noqa: E402
+from sklocus.serve import RouterService, listen, server  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def pool():
+    data = make_evaluations(**TINY_POOL)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
+        data.evaluation_sets
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores, columns=data.model_names)
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
+    return data, router.fit(queries, Y, cost=data.params_b)
+
+
+def deployment(name):
+    """A LiteLLM deployment that answers with its own name, offline."""
+    return {
+        "model_name": "auto",
+        "litellm_params": {
+            "model": f"openai/{name}",
+            "api_key": "x",
+            "mock_response": name,
+        },
+    }
+
+
+def gateway(names, plugin):
+    return Router(model_list=[deployment(name) for name in names], plugins=[plugin])
+
+
+async def ask(router, text):
+    answer = await router.acompletion(
+        model="auto", messages=[{"role": "user", "content": text}]
+    )
+    return answer.choices[0].message.content
+
+
+def context(candidates, text="q00001"):
+    messages = [{"role": "user", "content": text}] if text is not None else []
+    return RoutingContext(
+        raw_messages=messages, structured_messages=messages, candidate_models=candidates
+    )
+
+
+def test_each_question_goes_to_the_model_the_router_names(pool):
+    data, router = pool
+    names = list(router.classes_)
+    plugin = LocusRoutingPlugin(router, model_names={f"openai/{n}": n for n in names})
+    questions = (data.query_ids * 2)[:200]
+    routed = gateway(names, plugin)
+
+    async def asked():
+        return [await ask(routed, q) for q in questions]
+
+    assert asyncio.run(asked()) == list(router.predict(questions))
+    # The policy goes with each request: with a heavy weight of cost, the
+    # cheaper models take more of the questions, as the router sends them.
+    cheap = LocusRoutingPlugin(
+        router, model_names={f"openai/{n}": n for n in names}, cost_weight=1.0
+    )
+    thrifty = gateway(names, cheap)
+
+    async def asked_at_once():
+        return await asyncio.gather(*[ask(thrifty, q) for q in questions[:40]])
+
+    answered = asyncio.run(asked_at_once())
+    assert answered == list(router.predict(questions[:40], cost_weight=1.0))
+
+
+def test_unknown_models_are_left_to_litellm_and_named_once(pool, caplog):
+    data, router = pool
+    known = [f"openai/{n}" for n in router.classes_[:4]]
+    plugin = LocusRoutingPlugin(
+        router, model_names={c: c.removeprefix("openai/") for c in known}, k=2
+    )
+    candidates = known + ["openai/stranger"]
+    with caplog.at_level(logging.WARNING, logger="sklocus.integrations.litellm"):
+        for _ in range(3):
+            narrowed = asyncio.run(plugin.run(context(candidates)))
+    signals = narrowed.signals["sklocus"]
+    top, _ = router.rank_models(["q00001"], k=2, exclude=list(router.classes_[4:]))
+    assert narrowed.candidate_models == [
+        f"openai/{top[0, 0]}",
+        f"openai/{top[0, 1]}",
+        "openai/stranger",
+    ]
+    assert signals["routed"] and signals["model"] == top[0, 0]
+    assert signals["left_to_litellm"] == ["openai/stranger"]
+    assert [entry["model"] for entry in signals["ranked"]] == list(
+        router.rank_models(["q00001"], k=4, exclude=list(router.classes_[4:]))[0][0]
+    )
+    said = [r.getMessage() for r in caplog.records if "stranger" in r.getMessage()]
+    assert len(said) == 1 and "left to LiteLLM's own strategy" in said[0]
+
+
+def test_requests_the_router_cannot_judge_are_left_as_they_were(pool):
+    _, router = pool
+    plugin = LocusRoutingPlugin(router)
+    candidates = ["openai/a", "openai/b"]
+    for ctx, reason in [
+        (context(list(router.classes_[:3]), text=None), "no user message with text"),
+        (context(candidates), "knows none of the candidates"),
+    ]:
+        before = list(ctx.candidate_models)
+        after = asyncio.run(plugin.run(ctx))
+        assert after.candidate_models == before
+        assert not after.signals["sklocus"]["routed"]
+        assert reason in after.signals["sklocus"]["reason"]
+    # Text in parts is read, the last user message counts.
+    messages = [
+        {"role": "user", "content": "q00002"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": [{"type": "text", "text": "q00003"}]},
+    ]
+    ctx = RoutingContext(
+        raw_messages=messages,
+        structured_messages=messages,
+        candidate_models=list(router.classes_),
+    )
+    assert asyncio.run(plugin.run(ctx)).candidate_models == list(
+        router.predict(["q00003"])
+    )
+
+
+def test_model_files_and_bad_settings(pool, tmp_path):
+    data, router = pool
+    sklocus.save(router, tmp_path / "router.sklocus")
+    plugin = LocusRoutingPlugin(tmp_path / "router.sklocus")
+    narrowed = asyncio.run(plugin.run(context(list(router.classes_))))
+    assert narrowed.candidate_models == list(router.predict(["q00001"]))
+    sklocus.save(router.embedder_.estimator, tmp_path / "embedder.sklocus")
+    with pytest.raises(TypeError, match="holds a LocusEmbedder; the plugin routes"):
+        LocusRoutingPlugin(tmp_path / "embedder.sklocus")
+    with pytest.raises(TypeError, match="router is a list"):
+        LocusRoutingPlugin([router])
+    with pytest.raises(ValueError, match="k=0 must be a positive integer"):
+        LocusRoutingPlugin(router, k=0)
+    with pytest.raises(TypeError, match="model_names maps 'a' to 3"):
+        LocusRoutingPlugin(router, model_names={"a": 3})
+    with pytest.raises(ValueError, match="fitted without"):
+        LocusRoutingPlugin(router, budget=2.0)
+    with pytest.raises(ValueError, match="not several"):
+        LocusRoutingPlugin(router, cost_weight=0.1, min_probability=0.5)
+
+
+class Served:
+    """``sklocus serve``'s application for ``router``, on a loopback port."""
+
+    def __init__(self, router):
+        self.listener = listen("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.server = server(RouterService(router), log_level="error")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.listener]}
+        )
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.listener.close()
+
+
+def test_a_served_router_ranks_as_the_router_in_process(pool, caplog):
+    data, router = pool
+    served = Served(router)
+    try:
+        plugin = LocusRoutingPlugin(served.url, k=3, cost_weight=0.2)
+        candidates = list(router.classes_[2:9])
+        for query in data.query_ids[:10]:
+            narrowed = asyncio.run(plugin.run(context(candidates, query)))
+            top, _ = router.rank_models(
+                [query],
+                k=3,
+                exclude=[m for m in router.classes_ if m not in candidates],
+                cost_weight=0.2,
+            )
+            assert narrowed.candidate_models == top[0].tolist()
+    finally:
+        served.close()
+    # A server that is gone: the candidates stay, and the failure is logged.
+    with caplog.at_level(logging.WARNING, logger="sklocus.integrations.litellm"):
+        gone = LocusRoutingPlugin(served.url)
+        after = asyncio.run(gone.run(context(candidates)))
+    assert after.candidate_models == candidates
+    assert not after.signals["sklocus"]["routed"]
+    assert any("left as they were" in r.getMessage() for r in caplog.records)
