@@ -18,6 +18,8 @@ from tiny import TINY_NETWORK, TINY_POOL
 # LiteLLM fetches its price list from the network on import unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import httpx  # noqa: E402
+import litellm  # noqa: E402
 from litellm import Router  # noqa: E402
 from litellm.types.router import RoutingContext  # noqa: E402
 
@@ -174,13 +176,17 @@ def test_model_files_and_bad_settings(pool, tmp_path):
         LocusRoutingPlugin(router, cost_weight=0.1, min_probability=0.5)
 
 
+TOKEN = "correct-horse-battery-staple"
+
+
 class Served:
     """``sklocus serve``'s application for ``router``, on a loopback port."""
 
-    def __init__(self, router):
+    def __init__(self, router, journal):
         self.listener = listen("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.server = server(RouterService(router), log_level="error")
+        self.service = RouterService(router, feedback_journal=journal)
+        self.server = server(self.service, token=TOKEN, log_level="error")
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.listener]}
         )
@@ -196,9 +202,9 @@ class Served:
         self.listener.close()
 
 
-def test_a_served_router_ranks_as_the_router_in_process(pool, caplog):
+def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
     data, router = pool
-    served = Served(router)
+    served = Served(router, tmp_path / "journal.db")
     try:
         plugin = LocusRoutingPlugin(served.url, k=3, cost_weight=0.2)
         candidates = list(router.classes_[2:9])
@@ -211,6 +217,14 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog):
                 cost_weight=0.2,
             )
             assert narrowed.candidate_models == top[0].tolist()
+        # Outcomes go to its POST /feedback, with the token, which no error shows.
+        thumbs = LocusRoutingPlugin(served.url, token=TOKEN)
+        answer = asyncio.run(thumbs.feedback("q00004", candidates[0], 1.0))
+        assert answer["accepted"] == 1
+        assert served.service.health()["pending_outcomes"] == 1
+        with pytest.raises(httpx.HTTPStatusError, match="401") as refused:
+            asyncio.run(plugin.feedback("q00004", candidates[0], 1.0))
+        assert TOKEN not in str(refused.value)
     finally:
         served.close()
     # A server that is gone: the candidates stay, and the failure is logged.
@@ -220,3 +234,43 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog):
     assert after.candidate_models == candidates
     assert not after.signals["sklocus"]["routed"]
     assert any("left as they were" in r.getMessage() for r in caplog.records)
+
+
+def test_graded_answers_reach_the_routers_feedback(pool, tmp_path):
+    data, router = pool
+    names = list(router.classes_)
+    service = RouterService(router, feedback_journal=tmp_path / "journal.db")
+    plugin = LocusRoutingPlugin(service, model_names={f"openai/{n}": n for n in names})
+    graded = []
+
+    def grade(messages, response):
+        answered = response.choices[0].message.content
+        graded.append((messages[-1]["content"], answered))
+        return None if answered == names[0] else 1.0  # None: not sent
+
+    questions = data.query_ids[:12]
+    routed = list(router.predict(questions))
+    sent = sum(model != names[0] for model in routed)
+    routes = gateway(names, plugin)
+
+    async def asked():
+        for question in questions:
+            await ask(routes, question)
+        # LiteLLM runs its callbacks after the call returns.
+        deadline = time.monotonic() + 30
+        while len(graded) < len(questions) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+
+    litellm.callbacks = [plugin.outcome_logger(grade)]
+    try:
+        asyncio.run(asked())
+    finally:
+        litellm.callbacks = []
+    assert sorted(graded) == sorted(zip(questions, routed))
+    assert service.health()["pending_outcomes"] == sent
+    # A user's thumbs, sent directly, by LiteLLM's name of the model.
+    answer = asyncio.run(plugin.feedback("q00009", f"openai/{names[1]}", 0.0))
+    assert answer["pending_outcomes"] == sent + 1
+    with pytest.raises(TypeError, match="grader is a str"):
+        plugin.outcome_logger("grade")

@@ -25,6 +25,7 @@ writes ``context.candidate_models`` and ``context.signals``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
@@ -72,6 +73,9 @@ class LocusRoutingPlugin:
         ``None`` for all three routes by the router's own policy.
     timeout : float, default=10.0
         Seconds to wait for a served router's answer.
+    token : str, default=None
+        The served router's token, which its ``POST /feedback`` needs
+        (:meth:`feedback`); not used in process.
 
     Attributes
     ----------
@@ -99,6 +103,7 @@ class LocusRoutingPlugin:
         min_probability=None,
         budget=None,
         timeout=10.0,
+        token=None,
     ):
         self.k = check_count(k, "k")
         self.model_names = _check_model_names(model_names)
@@ -115,7 +120,7 @@ class LocusRoutingPlugin:
         self.service_, self.url_ = None, None
         if isinstance(router, str) and router.startswith(("http://", "https://")):
             self.url_ = router.rstrip("/")
-            self._backend = _Served(self.url_, timeout)
+            self._backend = _Served(self.url_, timeout, token)
             # The server checks the policy against its router; here, the bounds.
             check_policy(cost_weight, min_probability, budget, has_costs=True)
         else:
@@ -183,6 +188,85 @@ class LocusRoutingPlugin:
             "left_to_litellm": unknown,
         }
         return context
+
+    async def feedback(self, query, model, score):
+        """Send the router one outcome: how well ``model`` answered ``query``.
+
+        A grader's score or a user's thumbs, for the router to learn from
+        (:ref:`learning_from_outcomes`): in process through the service's
+        :meth:`~sklocus.serve.RouterService.feedback`, which needs a feedback
+        journal; to a served router through ``POST /feedback``, with ``token``.
+
+        Parameters
+        ----------
+        query : str
+            The request's text, as the plugin routed it.
+        model : str
+            LiteLLM's name of the model that answered (mapped by
+            ``model_names``) or the router's.
+        score : float
+            In [0, 1].
+
+        Returns
+        -------
+        dict
+            The feedback's answer: ``{"accepted", "through",
+            "pending_outcomes"}``.
+        """
+        outcome = {"query": query, "model": self._name(model), "score": score}
+        return await self._backend.feedback([outcome])
+
+    def outcome_logger(self, grader):
+        """Return a LiteLLM callback that grades each answer and sends the outcome.
+
+        Add it to ``litellm.callbacks``. After each successful call through a
+        model the router knows, ``grader(messages, response)`` (a function or a
+        coroutine function) scores the answer in [0, 1], or returns None to
+        skip it, and the score goes to :meth:`feedback`. A failure to send is
+        logged, once a minute at most, and never fails the call.
+
+        Parameters
+        ----------
+        grader : callable
+            ``grader(messages, response) -> float or None``; ``response`` is
+            LiteLLM's ``ModelResponse``.
+
+        Returns
+        -------
+        litellm.integrations.custom_logger.CustomLogger
+        """
+        from litellm.integrations.custom_logger import CustomLogger
+
+        if not callable(grader):
+            raise TypeError(f"grader is a {type(grader).__name__}; give a callable")
+        plugin = self
+
+        class Outcomes(CustomLogger):
+            async def async_log_success_event(
+                self, kwargs, response_obj, start_time, end_time
+            ):
+                await plugin._send_outcome(grader, kwargs, response_obj)
+
+        return Outcomes()
+
+    async def _send_outcome(self, grader, kwargs, response):
+        metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+        model, messages = metadata.get("deployment"), kwargs.get("messages")
+        query = _request_text(messages)
+        try:
+            if query is None or self._name(model) not in await self._backend.models():
+                return
+            score = grader(messages, response)
+            if inspect.isawaitable(score):
+                score = await score
+            if score is not None:
+                await self.feedback(query, model, score)
+        except Exception as error:  # noqa: BLE001 - never fails the call
+            _failures.warning(
+                "an outcome was not sent to the router: %s: %s",
+                type(error).__name__,
+                error,
+            )
 
     def _tell_unknown(self, unknown):
         new = [c for c in unknown if c not in self._told_unknown]
@@ -294,6 +378,9 @@ class _InProcess:
     async def models(self):
         return self.service.router.classes_.tolist()
 
+    async def feedback(self, outcomes):
+        return await asyncio.to_thread(self.service.feedback, outcomes)
+
     async def rank(self, text, exclude, k, policy):
         routes = await asyncio.wrap_future(
             router_thread.submit(
@@ -306,9 +393,10 @@ class _InProcess:
 class _Served:
     """Ranks through ``sklocus serve``'s POST /route."""
 
-    def __init__(self, url, timeout):
+    def __init__(self, url, timeout, token):
         self.url = url
         self.timeout = timeout
+        self.headers = {} if token is None else {"Authorization": f"Bearer {token}"}
         self._client, self._loop = None, None
         self._models, self._read_at = None, -float("inf")
 
@@ -338,3 +426,10 @@ class _Served:
             self._read_at = -float("inf")
         response.raise_for_status()
         return response.json()["routes"][0]["top"]
+
+    async def feedback(self, outcomes):
+        response = await self._http().post(
+            "/feedback", json={"outcomes": outcomes}, headers=self.headers
+        )
+        response.raise_for_status()
+        return response.json()
