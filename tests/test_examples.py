@@ -108,6 +108,11 @@ def _the_router_beats_random_mixing_and_keeps_its_budgets(output):
     assert 0 <= _number(output, "ECE after calibration:") < 0.1
 
 
+def _the_gateway_routes_as_the_router_and_learns(output):
+    assert "answers from the model router.predict names: 40 of 40" in output
+    assert "outcomes folded into the router: 60" in output
+
+
 def _learning_routes_better_and_exploration_tries_more_models(output):
     found = re.findall(
         r"^(best guess|Thompson): routing accuracy from 16 evaluations per model "
@@ -140,6 +145,7 @@ CHECKS = {
     "embed_beyond_memory.py": _both_paths_give_transforms_vectors,
     "serve_over_http.py": _the_server_routes_and_onboards,
     "routing_on_a_budget.py": _the_router_beats_random_mixing_and_keeps_its_budgets,
+    "routing_inside_litellm.py": _the_gateway_routes_as_the_router_and_learns,
     "learning_from_outcomes.py": (
         _learning_routes_better_and_exploration_tries_more_models
     ),
