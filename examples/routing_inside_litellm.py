@@ -92,7 +92,8 @@ async def ask_all(questions):
 
 
 answered = asyncio.run(ask_all(traffic[:40]))
-expected = list(router.predict(traffic[:40]))
+# The router's choice for each question, asked alone as the gateway asks it.
+expected = [router.predict([question])[0] for question in traffic[:40]]
 agree = sum(a == e for a, e in zip(answered, expected))
 print(f"answers from the model router.predict names: {agree} of {len(expected)}")
 print("answers per model:", dict(collections.Counter(answered).most_common()))
@@ -129,7 +130,6 @@ async def serve_and_grade(questions):
 
 litellm.callbacks = [plugin.outcome_logger(grade)]
 asyncio.run(serve_and_grade(traffic[40:100]))
-litellm.callbacks = []
 print(f"outcomes folded into the router: {service.fold_all()}")
 learnt = {model["name"]: model["n_outcomes"] for model in service.models()}
 print("outcomes learnt per model:", {k: v for k, v in learnt.items() if v})

@@ -85,7 +85,8 @@ def test_each_question_goes_to_the_model_the_router_names(pool):
     async def asked():
         return [await ask(routed, q) for q in questions]
 
-    assert asyncio.run(asked()) == list(router.predict(questions))
+    # One query at a time, as the plugin ranks them: the same arithmetic.
+    assert asyncio.run(asked()) == one_at_a_time(router, questions)
     # The policy goes with each request: with a heavy weight of cost, the
     # cheaper models take more of the questions, as the router sends them.
     cheap = LocusRoutingPlugin(
@@ -97,7 +98,7 @@ def test_each_question_goes_to_the_model_the_router_names(pool):
         return await asyncio.gather(*[ask(thrifty, q) for q in questions[:40]])
 
     answered = asyncio.run(asked_at_once())
-    assert answered == list(router.predict(questions[:40], cost_weight=1.0))
+    assert answered == one_at_a_time(router, questions[:40], cost_weight=1.0)
 
 
 def test_unknown_models_are_left_to_litellm_and_named_once(pool, caplog):
@@ -126,12 +127,23 @@ def test_unknown_models_are_left_to_litellm_and_named_once(pool, caplog):
     assert len(said) == 1 and "left to LiteLLM's own strategy" in said[0]
 
 
+def test_deployments_of_one_model_stay_together(pool):
+    _, router = pool
+    best = router.predict(["q00001"])[0]
+    other = next(m for m in router.classes_ if m != best)
+    # Two deployments of the best model (two regions), one of another.
+    names = {"eu/best": best, "us/best": best, "eu/other": other}
+    plugin = LocusRoutingPlugin(router, model_names=names)
+    narrowed = asyncio.run(plugin.run(context(list(names))))
+    assert narrowed.candidate_models == ["eu/best", "us/best"]
+
+
 def test_requests_the_router_cannot_judge_are_left_as_they_were(pool):
     _, router = pool
     plugin = LocusRoutingPlugin(router)
     candidates = ["openai/a", "openai/b"]
     for ctx, reason in [
-        (context(list(router.classes_[:3]), text=None), "no user message with text"),
+        (context(list(router.classes_[:3]), text=None), "has no text"),
         (context(candidates), "knows none of the candidates"),
     ]:
         before = list(ctx.candidate_models)
@@ -155,6 +167,11 @@ def test_requests_the_router_cannot_judge_are_left_as_they_were(pool):
     )
 
 
+def one_at_a_time(router, queries, **policy):
+    """The router's choice for each query, predicted alone."""
+    return [router.predict([query], **policy)[0] for query in queries]
+
+
 def test_model_files_and_bad_settings(pool, tmp_path):
     data, router = pool
     sklocus.save(router, tmp_path / "router.sklocus")
@@ -174,6 +191,10 @@ def test_model_files_and_bad_settings(pool, tmp_path):
         LocusRoutingPlugin(router, budget=2.0)
     with pytest.raises(ValueError, match="not several"):
         LocusRoutingPlugin(router, cost_weight=0.1, min_probability=0.5)
+    with pytest.raises(ValueError, match="URL carries credentials"):
+        LocusRoutingPlugin("http://user:secret@127.0.0.1:9/")
+    with pytest.raises(ValueError, match="keeps no feedback journal"):
+        LocusRoutingPlugin(router).outcome_logger(lambda messages, response: 1.0)
 
 
 TOKEN = "correct-horse-battery-staple"
@@ -222,8 +243,10 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
         answer = asyncio.run(thumbs.feedback("q00004", candidates[0], 1.0))
         assert answer["accepted"] == 1
         assert served.service.health()["pending_outcomes"] == 1
-        with pytest.raises(httpx.HTTPStatusError, match="401") as refused:
+        with pytest.raises(httpx.HTTPStatusError, match="401"):
             asyncio.run(plugin.feedback("q00004", candidates[0], 1.0))
+        with pytest.raises(httpx.HTTPStatusError, match="422") as refused:
+            asyncio.run(thumbs.feedback("q00004", candidates[0], 2.0))
         assert TOKEN not in str(refused.value)
     finally:
         served.close()
@@ -249,7 +272,7 @@ def test_graded_answers_reach_the_routers_feedback(pool, tmp_path):
         return None if answered == names[0] else 1.0  # None: not sent
 
     questions = data.query_ids[:12]
-    routed = list(router.predict(questions))
+    routed = one_at_a_time(router, questions)
     sent = sum(model != names[0] for model in routed)
     routes = gateway(names, plugin)
 
@@ -258,15 +281,17 @@ def test_graded_answers_reach_the_routers_feedback(pool, tmp_path):
             await ask(routes, question)
         # LiteLLM runs its callbacks after the call returns.
         deadline = time.monotonic() + 30
-        while len(graded) < len(questions) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            len(graded) < len(questions) or service.health()["pending_outcomes"] < sent
+        ):
             await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)
 
     litellm.callbacks = [plugin.outcome_logger(grade)]
     try:
         asyncio.run(asked())
     finally:
-        litellm.callbacks = []
+        # LiteLLM copies its callbacks into lists of its own.
+        litellm.logging_callback_manager._reset_all_callbacks()
     assert sorted(graded) == sorted(zip(questions, routed))
     assert service.health()["pending_outcomes"] == sent
     # A user's thumbs, sent directly, by LiteLLM's name of the model.

@@ -27,13 +27,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
-import time
 from collections.abc import Mapping
 
 from sklocus._routing import check_policy
 from sklocus._validation import check_count
-from sklocus.serve._service import RouterService, router_thread
+from sklocus.integrations._backends import InProcess, Served, service_of
 from sklocus.serve._warnings import LogLimit
 
 __all__ = ["LocusRoutingPlugin"]
@@ -43,9 +41,6 @@ logger = logging.getLogger(__name__)
 # go to a logger of their own, one line of a kind a minute.
 _failures = logging.getLogger(__name__ + ".failures")
 _failures.addFilter(LogLimit())
-
-# Seconds a served router's list of models is trusted before it is read again.
-MODELS_TTL_S = 30.0
 
 
 class LocusRoutingPlugin:
@@ -119,13 +114,18 @@ class LocusRoutingPlugin:
         self.timeout = timeout
         self.service_, self.url_ = None, None
         if isinstance(router, str) and router.startswith(("http://", "https://")):
+            if "@" in router.split("://", 1)[1].split("/", 1)[0]:
+                raise ValueError(
+                    "the router's URL carries credentials, which error messages "
+                    "would repeat; give the server's token as token= instead"
+                )
             self.url_ = router.rstrip("/")
-            self._backend = _Served(self.url_, timeout, token)
+            self._backend = Served(self.url_, timeout, token)
             # The server checks the policy against its router; here, the bounds.
             check_policy(cost_weight, min_probability, budget, has_costs=True)
         else:
-            self.service_ = _service(router)
-            self._backend = _InProcess(self.service_)
+            self.service_ = service_of(router)
+            self._backend = InProcess(self.service_)
             fitted = self.service_.router
             check_policy(
                 cost_weight,
@@ -157,7 +157,7 @@ class LocusRoutingPlugin:
         candidates = list(context.candidate_models)
         text = _request_text(context.structured_messages)
         if text is None:
-            return _left(context, "the request has no user message with text")
+            return _unchanged(context, "the last user message has no text")
         try:
             served = set(await self._backend.models())
         except Exception as error:  # noqa: BLE001 - the gateway routes on
@@ -166,13 +166,20 @@ class LocusRoutingPlugin:
         unknown = [c for c in candidates if self._name(c) not in served]
         self._tell_unknown(unknown)
         if not known:
-            return _left(context, "the router knows none of the candidates", unknown)
+            return _unchanged(
+                context, "the router knows none of the candidates", unknown
+            )
         wanted = list(dict.fromkeys(self._name(c) for c in known))
         exclude = sorted(served.difference(wanted))
         try:
             top = await self._backend.rank(text, exclude, len(wanted), self.policy)
         except Exception as error:  # noqa: BLE001 - the gateway routes on
             return self._failed(context, error)
+        # A model onboarded since the list was read may rank among them: only
+        # the candidates' models can be kept.
+        top = [entry for entry in top if entry["model"] in wanted]
+        if not top:
+            return _unchanged(context, "the router ranked none of the candidates")
         chosen = [entry["model"] for entry in top[: self.k]]
         context.candidate_models = [
             candidate
@@ -219,11 +226,14 @@ class LocusRoutingPlugin:
     def outcome_logger(self, grader):
         """Return a LiteLLM callback that grades each answer and sends the outcome.
 
-        Add it to ``litellm.callbacks``. After each successful call through a
-        model the router knows, ``grader(messages, response)`` (a function or a
-        coroutine function) scores the answer in [0, 1], or returns None to
-        skip it, and the score goes to :meth:`feedback`. A failure to send is
-        logged, once a minute at most, and never fails the call.
+        Add it to ``litellm.callbacks``; LiteLLM then calls it after every
+        successful async call of the process. For an answer of a model the
+        router knows, ``grader(messages, response)`` scores it in [0, 1], or
+        returns None to skip it, and the score goes to :meth:`feedback`: a
+        coroutine function is awaited, a plain function runs on a worker
+        thread, off the event loop. A failure to grade or send is logged, once
+        a minute at most, and never fails the call. In process, the service
+        must keep a feedback journal, or this refuses at once.
 
         Parameters
         ----------
@@ -239,9 +249,17 @@ class LocusRoutingPlugin:
 
         if not callable(grader):
             raise TypeError(f"grader is a {type(grader).__name__}; give a callable")
+        if self.service_ is not None and not self.service_.health()["feedback"]:
+            raise ValueError(
+                "the plugin's RouterService keeps no feedback journal, so it takes "
+                "no outcomes; give it one (RouterService(router, "
+                "feedback_journal=...))"
+            )
         plugin = self
 
         class Outcomes(CustomLogger):
+            """Grade each answer and send the outcome to the plugin's router."""
+
             async def async_log_success_event(
                 self, kwargs, response_obj, start_time, end_time
             ):
@@ -250,15 +268,16 @@ class LocusRoutingPlugin:
         return Outcomes()
 
     async def _send_outcome(self, grader, kwargs, response):
-        metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
-        model, messages = metadata.get("deployment"), kwargs.get("messages")
-        query = _request_text(messages)
         try:
+            metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+            model, messages = metadata.get("deployment"), kwargs.get("messages")
+            query = _request_text(messages)
             if query is None or self._name(model) not in await self._backend.models():
                 return
-            score = grader(messages, response)
-            if inspect.isawaitable(score):
-                score = await score
+            if inspect.iscoroutinefunction(grader):
+                score = await grader(messages, response)
+            else:
+                score = await asyncio.to_thread(grader, messages, response)
             if score is not None:
                 await self.feedback(query, model, score)
         except Exception as error:  # noqa: BLE001 - never fails the call
@@ -278,15 +297,19 @@ class LocusRoutingPlugin:
                 ", ".join(map(repr, new)),
             )
 
-    @staticmethod
-    def _failed(context, error):
+    def _failed(self, context, error):
+        # The log, the operator's, says what failed; the signals, which LiteLLM
+        # passes on to its logging integrations, name the error's type alone.
         _failures.warning(
-            "the router could not rank the candidates; they are left as they "
-            "were: %s: %s",
+            "the router at %s could not rank the candidates; they are left as "
+            "they were: %s: %s",
+            self.url_ or "this process",
             type(error).__name__,
             error,
         )
-        return _left(context, f"{type(error).__name__}: {error}")
+        return _unchanged(
+            context, f"the router could not rank them ({type(error).__name__})"
+        )
 
 
 def _request_text(messages):
@@ -303,22 +326,26 @@ def _request_text(messages):
     -------
     str or None
     """
-    for message in reversed(messages or []):
-        if not isinstance(message, Mapping) or message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "\n".join(
-                part.get("text", "")
-                for part in content
-                if isinstance(part, Mapping) and part.get("type") == "text"
-            )
-        if isinstance(content, str) and content.strip():
-            return content
-    return None
+    users = [
+        message
+        for message in messages or []
+        if isinstance(message, Mapping) and message.get("role") == "user"
+    ]
+    if not users:
+        return None
+    content = users[-1].get("content")
+    if isinstance(content, list):
+        content = "\n".join(
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        )
+    return content if isinstance(content, str) and content.strip() else None
 
 
-def _left(context, reason, unknown=()):
+def _unchanged(context, reason, unknown=()):
     """Leave the candidates as they are, saying why in the signals."""
     context.signals["sklocus"] = {
         "routed": False,
@@ -343,93 +370,3 @@ def _check_model_names(model_names):
                 "strings (LiteLLM's name and the router's)"
             )
     return dict(model_names)
-
-
-def _service(router):
-    """Return a RouterService of a router, a service or a model file's path."""
-    from sklocus._persistence import load
-    from sklocus._router import LocusRouter
-
-    if isinstance(router, RouterService):
-        return router
-    if isinstance(router, str | os.PathLike):
-        loaded = load(router)
-        if not isinstance(loaded, LocusRouter):
-            raise TypeError(
-                f"{os.fspath(router)} holds a {type(loaded).__name__}; the plugin "
-                "routes with a LocusRouter"
-            )
-        router = loaded
-    if not isinstance(router, LocusRouter):
-        raise TypeError(
-            f"router is a {type(router).__name__}; give a fitted LocusRouter, a "
-            "RouterService, the path of a router's model file or the URL of "
-            "sklocus serve"
-        )
-    return RouterService(router)
-
-
-class _InProcess:
-    """Ranks on the process's router thread, which every service shares."""
-
-    def __init__(self, service):
-        self.service = service
-
-    async def models(self):
-        return self.service.router.classes_.tolist()
-
-    async def feedback(self, outcomes):
-        return await asyncio.to_thread(self.service.feedback, outcomes)
-
-    async def rank(self, text, exclude, k, policy):
-        routes = await asyncio.wrap_future(
-            router_thread.submit(
-                self.service.route, [text], exclude=exclude or None, k=k, **policy
-            )
-        )
-        return routes[0]["top"]
-
-
-class _Served:
-    """Ranks through ``sklocus serve``'s POST /route."""
-
-    def __init__(self, url, timeout, token):
-        self.url = url
-        self.timeout = timeout
-        self.headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-        self._client, self._loop = None, None
-        self._models, self._read_at = None, -float("inf")
-
-    def _http(self):
-        """Return the client of the running event loop (a client is bound to one)."""
-        import httpx
-
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
-            self._client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout)
-            self._loop = loop
-        return self._client
-
-    async def models(self):
-        if time.monotonic() - self._read_at > MODELS_TTL_S:
-            response = await self._http().get("/models")
-            response.raise_for_status()
-            self._models = [model["name"] for model in response.json()["models"]]
-            self._read_at = time.monotonic()
-        return self._models
-
-    async def rank(self, text, exclude, k, policy):
-        body = {"queries": [text], "exclude": exclude, "k": k, **policy}
-        response = await self._http().post("/route", json=body)
-        if response.status_code == 422:
-            # A model retired since the list was read: read it again next time.
-            self._read_at = -float("inf")
-        response.raise_for_status()
-        return response.json()["routes"][0]["top"]
-
-    async def feedback(self, outcomes):
-        response = await self._http().post(
-            "/feedback", json={"outcomes": outcomes}, headers=self.headers
-        )
-        response.raise_for_status()
-        return response.json()
