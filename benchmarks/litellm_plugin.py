@@ -6,7 +6,8 @@ Builds the routers of ``benchmarks/serve.py`` (all-MiniLM-L6-v2 queries, an
 embedder at the default architecture trained for one short epoch) and saves the
 100-model one. Then, one new text at a time, p50 and p99:
 
-- ``router.predict`` in process, the floor;
+- ``router.predict`` in process, the floor, on the router thread the plugin
+  ranks on (torch keeps an OpenMP pool per calling thread);
 - ``LocusRoutingPlugin.run`` on a LiteLLM ``RoutingContext`` of 10 candidate
   models, from the saved file (an encoder of its own, so each text is new to
   both), ranking on the router thread off the event loop;
@@ -40,6 +41,7 @@ from serve import SETTLE_S, Texts, build_router, percentiles  # noqa: E402
 
 import sklocus  # noqa: E402
 from sklocus.integrations.litellm import LocusRoutingPlugin  # noqa: E402
+from sklocus.serve._service import router_thread  # noqa: E402
 
 N_CANDIDATES = 10
 
@@ -83,7 +85,7 @@ async def measure(router, plugin, names, texts, repeats):
         return gateway.acompletion(model="auto", messages=messages)
 
     for warm in texts.take(10):
-        router.predict([warm])
+        router_thread.call(router.predict, [warm])
         await plugin.run(context(warm))
         await ask(plain, warm)
         await ask(routed, warm)
@@ -91,7 +93,9 @@ async def measure(router, plugin, names, texts, repeats):
         a, b = texts.take(2)
 
         async def predicted(text=a):
-            router.predict([text])
+            # On the thread the plugin ranks on, so that both use one OpenMP
+            # pool of torch's, as a served router does.
+            router_thread.call(router.predict, [text])
 
         found["predict"].append(await timed(predicted))
         found["plugin"].append(await timed(lambda text=a: plugin.run(context(text))))
