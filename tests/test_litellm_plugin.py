@@ -248,6 +248,18 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
         with pytest.raises(httpx.HTTPStatusError, match="422") as refused:
             asyncio.run(thumbs.feedback("q00004", candidates[0], 2.0))
         assert TOKEN not in str(refused.value)
+        # A model retired since the list was read: that request is left to
+        # LiteLLM, and the next one reads the list again and is routed.
+        retired = router.classes_[0]
+        gone = httpx.delete(
+            f"{served.url}/models/{retired}",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert gone.status_code == 200
+        stale = asyncio.run(plugin.run(context(candidates)))
+        assert stale.candidate_models == candidates
+        assert "ValueError" in stale.signals["sklocus"]["reason"]
+        assert asyncio.run(plugin.run(context(candidates))).signals["sklocus"]["routed"]
     finally:
         served.close()
     # A server that is gone: the candidates stay, and the failure is logged.
@@ -266,7 +278,7 @@ def test_graded_answers_reach_the_routers_feedback(pool, tmp_path):
     plugin = LocusRoutingPlugin(service, model_names={f"openai/{n}": n for n in names})
     graded = []
 
-    def grade(messages, response):
+    async def grade(messages, response):  # awaited (a plain one: the example)
         answered = response.choices[0].message.content
         graded.append((messages[-1]["content"], answered))
         return None if answered == names[0] else 1.0  # None: not sent
