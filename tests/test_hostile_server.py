@@ -16,16 +16,12 @@ import threading
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 from hostile_requests import Malformed
-from sklearn.frozen import FrozenEstimator
-from tiny import TINY_NETWORK, TINY_POOL
+from tiny import tiny_priced_router
 
 import sklocus
-from sklocus import LocusEmbedder, LocusRouter
-from sklocus.datasets import make_evaluations
-from sklocus.evaluations import to_matrix
+from sklocus import LocusRouter
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
@@ -43,14 +39,7 @@ JSON = {"content-type": "application/json"}
 
 @pytest.fixture(scope="module")
 def pool():
-    data = make_evaluations(**TINY_POOL)
-    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
-        data.evaluation_sets
-    )
-    scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores, columns=data.model_names)
-    router = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
-    return data, router.fit(queries, Y, cost=data.params_b)
+    return tiny_priced_router()
 
 
 @pytest.fixture()

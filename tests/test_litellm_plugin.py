@@ -7,13 +7,11 @@ an answer says which model LiteLLM sent the request to.
 import asyncio
 import logging
 import os
-import threading
 import time
 
-import pandas as pd
 import pytest
-from sklearn.frozen import FrozenEstimator
-from tiny import TINY_NETWORK, TINY_POOL
+from test_serve_limits import TOKEN, Served
+from tiny import tiny_priced_router
 
 # LiteLLM fetches its price list from the network on import unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -24,25 +22,15 @@ from litellm import Router  # noqa: E402
 from litellm.types.router import RoutingContext  # noqa: E402
 
 import sklocus  # noqa: E402
-from sklocus import LocusEmbedder, LocusRouter  # noqa: E402
-from sklocus.datasets import make_evaluations  # noqa: E402
-from sklocus.evaluations import to_matrix  # noqa: E402
 from sklocus.integrations.litellm import LocusRoutingPlugin  # noqa: E402
-from sklocus.serve import RouterService, listen, server  # noqa: E402
+from sklocus.serve import RouterService  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def pool():
-    data = make_evaluations(**TINY_POOL)
-    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
-        data.evaluation_sets
-    )
-    scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores, columns=data.model_names)
-    router = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
-    return data, router.fit(queries, Y, cost=data.params_b)
+    return tiny_priced_router()
 
 
 def deployment(name):
@@ -197,37 +185,12 @@ def test_model_files_and_bad_settings(pool, tmp_path):
         LocusRoutingPlugin(router).outcome_logger(lambda messages, response: 1.0)
 
 
-TOKEN = "correct-horse-battery-staple"
-
-
-class Served:
-    """``sklocus serve``'s application for ``router``, on a loopback port."""
-
-    def __init__(self, router, journal):
-        self.listener = listen("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.service = RouterService(router, feedback_journal=journal)
-        self.server = server(self.service, token=TOKEN, log_level="error")
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.listener]}
-        )
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
-
-    def close(self):
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.listener.close()
-
-
 def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
     data, router = pool
-    served = Served(router, tmp_path / "journal.db")
+    served = Served(router, tmp_path)
+    url = f"http://127.0.0.1:{served.port}"
     try:
-        plugin = LocusRoutingPlugin(served.url, k=3, cost_weight=0.2)
+        plugin = LocusRoutingPlugin(url, k=3, cost_weight=0.2)
         candidates = list(router.classes_[2:9])
         for query in data.query_ids[:10]:
             narrowed = asyncio.run(plugin.run(context(candidates, query)))
@@ -239,7 +202,7 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
             )
             assert narrowed.candidate_models == top[0].tolist()
         # Outcomes go to its POST /feedback, with the token, which no error shows.
-        thumbs = LocusRoutingPlugin(served.url, token=TOKEN)
+        thumbs = LocusRoutingPlugin(url, token=TOKEN)
         answer = asyncio.run(thumbs.feedback("q00004", candidates[0], 1.0))
         assert answer["accepted"] == 1
         assert served.service.health()["pending_outcomes"] == 1
@@ -252,7 +215,7 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
         # LiteLLM, and the next one reads the list again and is routed.
         retired = router.classes_[0]
         gone = httpx.delete(
-            f"{served.url}/models/{retired}",
+            f"{url}/models/{retired}",
             headers={"Authorization": f"Bearer {TOKEN}"},
         )
         assert gone.status_code == 200
@@ -264,7 +227,7 @@ def test_a_served_router_ranks_as_the_router_in_process(pool, caplog, tmp_path):
         served.close()
     # A server that is gone: the candidates stay, and the failure is logged.
     with caplog.at_level(logging.WARNING, logger="sklocus.integrations.litellm"):
-        gone = LocusRoutingPlugin(served.url)
+        gone = LocusRoutingPlugin(url)
         after = asyncio.run(gone.run(context(candidates)))
     assert after.candidate_models == candidates
     assert not after.signals["sklocus"]["routed"]

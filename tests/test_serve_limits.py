@@ -14,14 +14,8 @@ import socket
 import threading
 import time
 
-import pandas as pd
 import pytest
-from sklearn.frozen import FrozenEstimator
-from tiny import TINY_NETWORK, TINY_POOL
-
-from sklocus import LocusEmbedder, LocusRouter
-from sklocus.datasets import make_evaluations
-from sklocus.evaluations import to_matrix
+from tiny import tiny_priced_router
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -46,15 +40,7 @@ PATIENCE = 20.0
 
 @pytest.fixture(scope="module")
 def router():
-    data = make_evaluations(**TINY_POOL)
-    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
-        data.evaluation_sets
-    )
-    scores, queries = to_matrix(data.evaluation_sets)
-    Y = pd.DataFrame(scores, columns=data.model_names)
-    return LocusRouter(FrozenEstimator(embedder), refine_steps=0).fit(
-        queries, Y, cost=data.params_b
-    )
+    return tiny_priced_router()[1]
 
 
 class Served:

@@ -54,3 +54,30 @@ def long_table(data):
         for query, score in evaluations.items()
     ]
     return pd.DataFrame(rows, columns=["model", "query", "score"])
+
+
+def tiny_priced_router():
+    """TINY_POOL and a router over it: costs, forward-pass embeddings.
+
+    What the served-router tests route with: a frozen TINY_NETWORK embedder
+    (``fit`` only embeds) and ``refine_steps=0``, so that routing takes
+    milliseconds; each model's cost is its parameter count.
+
+    Returns
+    -------
+    (Bunch, LocusRouter)
+    """
+    from sklearn.frozen import FrozenEstimator
+
+    from sklocus import LocusRouter
+    from sklocus.datasets import make_evaluations
+    from sklocus.evaluations import to_matrix
+
+    data = make_evaluations(**TINY_POOL)
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
+        data.evaluation_sets
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores, columns=data.model_names)
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=0)
+    return data, router.fit(queries, Y, cost=data.params_b)

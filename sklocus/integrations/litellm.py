@@ -102,15 +102,6 @@ class LocusRoutingPlugin:
     ):
         self.k = check_count(k, "k")
         self.model_names = _check_model_names(model_names)
-        self.policy = {
-            name: value
-            for name, value in [
-                ("cost_weight", cost_weight),
-                ("min_probability", min_probability),
-                ("budget", budget),
-            ]
-            if value is not None
-        }
         self.timeout = timeout
         self.service_, self.url_ = None, None
         if isinstance(router, str) and router.startswith(("http://", "https://")):
@@ -122,18 +113,17 @@ class LocusRoutingPlugin:
             self.url_ = router.rstrip("/")
             self._backend = Served(self.url_, timeout, token)
             # The server checks the policy against its router; here, the bounds.
-            check_policy(cost_weight, min_probability, budget, has_costs=True)
+            facts = {"has_costs": True}
         else:
             self.service_ = service_of(router)
             self._backend = InProcess(self.service_)
             fitted = self.service_.router
-            check_policy(
-                cost_weight,
-                min_probability,
-                budget,
-                has_costs=fitted.cost_ is not None,
-                has_budget_curve=fitted.budget_curve_ is not None,
-            )
+            facts = {
+                "has_costs": fitted.cost_ is not None,
+                "has_budget_curve": fitted.budget_curve_ is not None,
+            }
+        # The policy given, as each request's POST /route or route() takes it.
+        self.policy = check_policy(cost_weight, min_probability, budget, **facts)
         self._told_unknown = set()
 
     def _name(self, candidate):
