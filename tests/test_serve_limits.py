@@ -44,16 +44,28 @@ def router():
 
 
 class Served:
-    """A real server for ``router`` on a loopback port, in a thread."""
+    """A real server for ``router`` on a loopback port, in a thread.
 
-    def __init__(self, router, tmp_path, **limits):
+    With ``path``, changes to the pool are written back to that model file;
+    with ``upstreams``, it forwards chat completions.
+    """
+
+    def __init__(self, router, tmp_path, *, path=None, upstreams=None, **limits):
         self.service = RouterService(
-            router, feedback_journal=tmp_path / "journal.db", max_feedback=100
+            router,
+            path=path,
+            write_back=path is not None,
+            feedback_journal=tmp_path / "journal.db",
+            max_feedback=100,
         )
         self.listener = listen("127.0.0.1", 0)
         self.port = self.listener.getsockname()[1]
         self.server = server(
-            self.service, token=TOKEN, limits=ServerLimits(**limits), log_level="error"
+            self.service,
+            token=TOKEN,
+            limits=ServerLimits(**limits),
+            log_level="error",
+            upstreams=upstreams,
         )
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.listener]}

@@ -521,11 +521,14 @@ def _add_serve_command(commands):
         "onboards a model from its evaluations and DELETE /models/NAME retires "
         "one, POST /feedback learns from outcomes (with --feedback-journal), GET "
         "/models and GET /health say what is served, and /docs is the "
-        "OpenAPI page. MODEL is a router saved with sklocus.save, or an embedder "
+        "OpenAPI page. With --upstreams, POST /v1/chat/completions takes "
+        "OpenAI's chat requests, routes each and forwards it to the chosen "
+        "model's API. MODEL is a router saved with sklocus.save, or an embedder "
         "from sklocus fit with EVALS, the pool to route among. Needs the serve "
         "extra (pip install 'sklocus[serve]'). With a token (the environment "
-        f"variable {TOKEN_VARIABLE}, or --token-file), onboarding, removal and "
-        "feedback need the header 'Authorization: Bearer TOKEN'.",
+        f"variable {TOKEN_VARIABLE}, or --token-file), onboarding, removal, "
+        "feedback and chat completions need the header 'Authorization: Bearer "
+        "TOKEN'.",
     )
     serve.add_argument(
         "model", metavar="MODEL", help="a router file, or an embedder file with EVALS"
@@ -608,6 +611,35 @@ def _add_serve_command(commands):
         help="with EVALS and --cost-column: route within a mean cost per query of "
         "B, the weight of cost chosen on held-out evaluations (a request can give "
         "its own budget)",
+    )
+    proxy = serve.add_argument_group(
+        "chat proxy",
+        "OpenAI's POST /v1/chat/completions: each request routed by the text of "
+        "its last user message ('model': 'auto') and forwarded to the chosen "
+        "model's own API, its answer (or stream) relayed",
+    )
+    proxy.add_argument(
+        "--upstreams",
+        metavar="FILE",
+        help="a TOML file with a table [models.NAME] per model: base_url (its "
+        "OpenAI-compatible API), model (its name there; default NAME) and "
+        "api_key_env (the environment variable holding its key, read at start; "
+        "never the key itself)",
+    )
+    proxy.add_argument(
+        "--fallbacks",
+        type=integer_in(0),
+        metavar="N",
+        help="with --upstreams: the next-ranked models a request tries when the "
+        "chosen one's upstream fails, cannot be reached or times out (default: "
+        "1; 0: none)",
+    )
+    proxy.add_argument(
+        "--upstream-timeout",
+        type=positive_number,
+        metavar="SECONDS",
+        help="with --upstreams: seconds an upstream has to connect, and then "
+        "for each part of its answer (default: 60)",
     )
     learning = serve.add_argument_group("learning from outcomes")
     learning.add_argument(

@@ -179,6 +179,63 @@ def _limits(arguments):
     return limits
 
 
+def _upstreams(arguments):
+    """Return the chat proxy's upstreams from --upstreams, or None."""
+    if arguments.upstreams is None:
+        for option in ("fallbacks", "upstream_timeout"):
+            if getattr(arguments, option) is not None:
+                flag = "--" + option.replace("_", "-")
+                raise UserError(f"argument {flag}: goes with --upstreams")
+        return None
+    from sklocus.serve import Upstreams
+
+    settings = {}
+    if arguments.fallbacks is not None:
+        settings["fallbacks"] = arguments.fallbacks
+    if arguments.upstream_timeout is not None:
+        settings["timeout"] = arguments.upstream_timeout
+    try:
+        return Upstreams.read(arguments.upstreams, **settings)
+    except ValueError as error:
+        raise UserError(f"argument --upstreams: {error}") from None
+
+
+def _named(names):
+    shown = ", ".join(repr(name) for name in names[:3])
+    return shown + ("..." if len(names) > 3 else "")
+
+
+def _check_upstreams(upstreams, router):
+    """Refuse upstreams that name no model of the router; say what is left out.
+
+    Returns
+    -------
+    int
+        The router's models that have an upstream.
+    """
+    served = router.classes_.tolist()
+    known = [name for name in served if name in upstreams]
+    unknown = [name for name in upstreams if name not in set(served)]
+    if not known:
+        raise UserError(
+            f"argument --upstreams: names none of the router's {len(served)} "
+            f"models (it names {_named(unknown)})"
+        )
+    if unknown:
+        say(
+            f"Note: --upstreams names {len(unknown)} models the router does not "
+            f"serve ({_named(unknown)}); chat requests go to them once they are "
+            "onboarded."
+        )
+    if len(known) < len(served):
+        say(
+            f"Note: {len(served) - len(known)} of the router's {len(served)} models "
+            f"have no upstream; chat requests are routed among the other "
+            f"{len(known)}."
+        )
+    return len(known)
+
+
 def _is_loopback(host):
     if host == "localhost":
         return True
@@ -198,6 +255,7 @@ def run_serve(arguments):
         raise UserError(str(error)) from None
     token = _token(arguments)
     limits = _limits(arguments)
+    upstreams = _upstreams(arguments)
     # Refused before the router is built, which may take minutes.
     if (
         arguments.write_back
@@ -209,6 +267,7 @@ def run_serve(arguments):
             "--router-file, or serve a router file"
         )
     router, target = _router_from(arguments)
+    routable = None if upstreams is None else _check_upstreams(upstreams, router)
     if arguments.exploration is not None:
         chosen = arguments.exploration
         router.set_params(exploration=None if chosen == "none" else chosen)
@@ -245,8 +304,10 @@ def run_serve(arguments):
     if token is None and not _is_loopback(arguments.host):
         say(
             f"Warning: listening on {arguments.host}, beyond the loopback, with no "
-            "token: anyone who can reach this port can onboard and remove models "
-            f"and send outcomes. Set {TOKEN_VARIABLE} or give --token-file."
+            "token: anyone who can reach this port can onboard and remove models, "
+            "send outcomes"
+            + (" and spend the upstreams' keys" if upstreams is not None else "")
+            + f". Set {TOKEN_VARIABLE} or give --token-file."
         )
     groups = ""
     if router.groups_ is not None:
@@ -261,6 +322,12 @@ def run_serve(arguments):
             if arguments.feedback_journal is not None
             else ""
         )
+        + (
+            f"; POST /v1/chat/completions forwards to the upstreams of {routable} "
+            "models"
+            if upstreams is not None
+            else ""
+        )
         + ("; changes need the token" if token is not None else "")
         + ")."
     )
@@ -270,5 +337,6 @@ def run_serve(arguments):
         token=token,
         limits=limits,
         log_level=arguments.log_level,
+        upstreams=upstreams,
     )
     return 0

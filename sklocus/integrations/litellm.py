@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from sklocus._routing import check_policy
 from sklocus._validation import check_count
 from sklocus.integrations._backends import InProcess, Served, service_of
+from sklocus.serve._chat import last_user_text
 from sklocus.serve._warnings import LogLimit
 
 __all__ = ["LocusRoutingPlugin"]
@@ -145,7 +146,7 @@ class LocusRoutingPlugin:
             ``context``, narrowed.
         """
         candidates = list(context.candidate_models)
-        text = _request_text(context.structured_messages)
+        text = last_user_text(context.structured_messages)
         if text is None:
             return _unchanged(context, "the last user message has no text")
         try:
@@ -261,7 +262,7 @@ class LocusRoutingPlugin:
         try:
             metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
             model, messages = metadata.get("deployment"), kwargs.get("messages")
-            query = _request_text(messages)
+            query = last_user_text(messages)
             if query is None or self._name(model) not in await self._backend.models():
                 return
             if inspect.iscoroutinefunction(grader):
@@ -300,39 +301,6 @@ class LocusRoutingPlugin:
         return _unchanged(
             context, f"the router could not rank them ({type(error).__name__})"
         )
-
-
-def _request_text(messages):
-    """Return the text of the last user message, or None when there is none.
-
-    Parameters
-    ----------
-    messages : list of dict
-        OpenAI chat messages; a message's ``content`` is a string or a list of
-        parts, whose ``{"type": "text", "text": ...}`` parts are joined by
-        newlines.
-
-    Returns
-    -------
-    str or None
-    """
-    users = [
-        message
-        for message in messages or []
-        if isinstance(message, Mapping) and message.get("role") == "user"
-    ]
-    if not users:
-        return None
-    content = users[-1].get("content")
-    if isinstance(content, list):
-        content = "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, Mapping)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
-        )
-    return content if isinstance(content, str) and content.strip() else None
 
 
 def _unchanged(context, reason, unknown=()):

@@ -8,10 +8,12 @@ serves that with uvicorn. Those two need the ``serve`` extra
 
 Endpoints: ``POST /route``, ``POST /predict``, ``GET /models``,
 ``POST /models`` (onboard), ``DELETE /models/{name}``, ``POST /feedback``,
-``GET /health``, and the OpenAPI page at ``/docs``. With a token, the three
-that change the pool or what it learns need ``Authorization: Bearer TOKEN``.
-:class:`ServerLimits` holds what each client may take: body sizes, connections,
-deadlines and a rate.
+``GET /health``, and the OpenAPI page at ``/docs``. With :class:`Upstreams`
+(each model's OpenAI-compatible API), also OpenAI's ``POST
+/v1/chat/completions``, routed and forwarded, and ``GET /v1/models``. With a
+token, the routes that change the pool or what it learns, and chat
+completions, need ``Authorization: Bearer TOKEN``. :class:`ServerLimits` holds
+what each client may take: body sizes, connections, deadlines and a rate.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import socket
 
 from sklocus.serve._limits import ServerLimits
 from sklocus.serve._service import RequestError, RouterService
+from sklocus.serve._upstreams import Upstream, Upstreams
 
 __all__ = [
     "RequestError",
     "RouterService",
     "ServerLimits",
+    "Upstream",
+    "Upstreams",
     "create_app",
     "listen",
     "run",
@@ -97,7 +102,7 @@ _BACKLOG = 64
 _FULL_COLLECTION_EVERY = 1000
 
 
-def server(service, *, token=None, limits=None, log_level="info"):
+def server(service, *, token=None, limits=None, log_level="info", upstreams=None):
     """Build the uvicorn server of :func:`run`, without running it.
 
     For tests and embedding: ``server.run(sockets=[listener])`` serves (from any
@@ -109,6 +114,8 @@ def server(service, *, token=None, limits=None, log_level="info"):
     token : str, default=None
     limits : ServerLimits, default=None
     log_level : str, default="info"
+    upstreams : Upstreams, default=None
+        As :func:`create_app` takes them.
 
     Returns
     -------
@@ -119,7 +126,9 @@ def server(service, *, token=None, limits=None, log_level="info"):
     from sklocus.serve._guard import ConnectionGuard
 
     limits = ServerLimits() if limits is None else limits
-    app = _app_module().create_app(service, token=token, limits=limits)
+    app = _app_module().create_app(
+        service, token=token, limits=limits, upstreams=upstreams
+    )
     # One worker process: the service's lock and snapshot live in it, so every
     # change is seen by every later request. Forwarded-for headers are not
     # trusted: limits per client go by the address connections come from.
@@ -148,6 +157,7 @@ def run(
     token=None,
     listener=None,
     warning_interval=60.0,
+    upstreams=None,
 ):
     """Serve a router service over HTTP until interrupted.
 
@@ -173,6 +183,9 @@ def run(
         refused request from one address, a connection closed, a request
         uvicorn could not parse), is written at most once in this many seconds,
         with a count of those held back: a client cannot flood the log.
+    upstreams : Upstreams, default=None
+        Each model's OpenAI-compatible API, for ``POST /v1/chat/completions``
+        (see :func:`create_app`).
     """
     from sklocus.serve._warnings import limited_logs, limited_warnings
 
@@ -180,7 +193,9 @@ def run(
     _allow_connections(limits.max_connections)
     if listener is None:
         listener = listen(host, port)
-    served = server(service, token=token, limits=limits, log_level=log_level)
+    served = server(
+        service, token=token, limits=limits, log_level=log_level, upstreams=upstreams
+    )
     with (
         limited_warnings(warning_interval),
         limited_logs(warning_interval),

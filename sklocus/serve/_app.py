@@ -16,7 +16,6 @@ by side with routing; the service makes that safe.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from typing import Annotated
@@ -146,6 +145,28 @@ class RouteResponse(BaseModel):
     """One route per query, in the order of the request."""
 
     routes: list[Route]
+
+
+class ChatMessage(BaseModel):
+    """One message of an OpenAI chat request."""
+
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: str | list[dict] | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's chat request; every field besides these is forwarded as sent."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(
+        description="'auto' to route by the text of the last user message, or a "
+        "served model with an upstream (GET /v1/models) to pin the request to it"
+    )
+    messages: list[ChatMessage]
+    stream: bool | None = Field(
+        default=None, description="relay the upstream's server-sent events"
+    )
 
 
 class PredictRequest(_Strict):
@@ -278,16 +299,6 @@ class Health(BaseModel):
         description="outcomes kept but not yet folded into the router"
     )
     sklocus_version: str
-
-
-async def _on_router_thread(function, /, *args, **kwargs):
-    """Await ``function(*args, **kwargs)``, computed on the service's router thread."""
-    future = router_thread.submit(function, *args, **kwargs)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # another event loop (trio): wait on a worker thread
-        return await anyio.to_thread.run_sync(future.result)
-    return await asyncio.wrap_future(future)
 
 
 class _StrictJSONRequest(Request):
@@ -462,7 +473,7 @@ def _document_bodies(app, models):
     app.openapi = openapi
 
 
-def create_app(service, *, token=None, limits=None):
+def create_app(service, *, token=None, limits=None, upstreams=None):
     """Build the HTTP application around a router service.
 
     Parameters
@@ -479,6 +490,12 @@ def create_app(service, *, token=None, limits=None):
         Body limits per route (``ServerLimits()`` by default): a larger body
         is answered 413 unread. The limits on connections and rates are kept
         by :func:`~sklocus.serve.run`, which serves the application.
+    upstreams : Upstreams, default=None
+        Where each model answers: with them, ``POST /v1/chat/completions``
+        routes OpenAI chat requests and forwards them to the chosen model's
+        API (:mod:`sklocus.serve._proxy`), and ``GET /v1/models`` lists what
+        it may be asked for. With a token, chat completions need it too: they
+        spend the upstreams' keys.
 
     Returns
     -------
@@ -492,6 +509,16 @@ def create_app(service, *, token=None, limits=None):
     >>> from sklocus.serve import RouterService, create_app
     >>> app = create_app(RouterService(router))  # doctest: +SKIP
     """
+    proxy = None
+    if upstreams is not None:
+        from sklocus.serve._proxy import ChatProxy  # httpx, only for the proxy
+        from sklocus.serve._upstreams import Upstreams
+
+        if not isinstance(upstreams, Upstreams):
+            raise TypeError(
+                f"upstreams is a {type(upstreams).__name__}; give Upstreams or None"
+            )
+        proxy = ChatProxy(service, upstreams)
 
     @contextlib.asynccontextmanager
     async def folding(app):
@@ -500,6 +527,8 @@ def create_app(service, *, token=None, limits=None):
         try:
             yield
         finally:
+            if proxy is not None:
+                await proxy.aclose()
             await anyio.to_thread.run_sync(service.stop_folding)
 
     app = FastAPIOffline(
@@ -541,7 +570,7 @@ def create_app(service, *, token=None, limits=None):
     @app.post("/route", response_model=RouteResponse)
     async def route(body: RouteRequest):
         """Route each query to its best model, listing the top ``k``."""
-        routes = await _on_router_thread(
+        routes = await router_thread.wait(
             service.route,
             body.queries,
             exclude=body.exclude,
@@ -556,7 +585,7 @@ def create_app(service, *, token=None, limits=None):
     @app.post("/predict", response_model=PredictResponse)
     async def predict(body: PredictRequest):
         """Probability that each model answers each query correctly."""
-        return await _on_router_thread(
+        return await router_thread.wait(
             service.predict, body.queries, body.models, body.query_groups
         )
 
@@ -611,19 +640,36 @@ def create_app(service, *, token=None, limits=None):
         """Whether the service is up, how many models it serves, and its groups."""
         return service.health()
 
-    _document_bodies(app, [NewModel, FeedbackRequest])
+    documented = [NewModel, FeedbackRequest]
+    if proxy is not None:
+
+        @app.post(
+            "/v1/chat/completions",
+            dependencies=authorised,
+            openapi_extra=_body_of(ChatCompletionRequest),
+            responses={200: {"description": "the upstream's answer, as it sent it"}},
+        )
+        async def chat_completions(request: Request):
+            """Route an OpenAI chat request and forward it (OpenAI's API)."""
+            return await proxy.complete(request)
+
+        @app.get("/v1/models")
+        async def chat_models():
+            """List what chat completions may name: 'auto', then each routable model."""
+            return proxy.models()
+
+        documented.append(ChatCompletionRequest)
+    _document_bodies(app, documented)
     check = authorised[0].dependency
-    changing = [
+    guarded_routes = [
         route
         for route in app.routes
         if isinstance(route, APIRoute)
         and any(depends.dependency is check for depends in route.dependencies)
     ]
 
-    def changes_pool(scope):
-        return any(route.matches(scope)[0] is Match.FULL for route in changing)
+    def guarded(scope):
+        return any(route.matches(scope)[0] is Match.FULL for route in guarded_routes)
 
-    app.add_middleware(
-        RequestGate, limits=limits, changes_pool=changes_pool, token=token
-    )
+    app.add_middleware(RequestGate, limits=limits, guarded=guarded, token=token)
     return app

@@ -3,11 +3,12 @@
 :class:`RequestGate` is ASGI middleware in front of the FastAPI application.
 For each request it
 
-- checks the token of a route that changes the pool, from the headers alone:
-  without it the answer is 401, whatever the body holds or would hold;
-- refuses a body over the route's limit (the routes that change the pool may
-  take larger ones than the open routes) with 413, by its declared length or
-  while it arrives;
+- checks the token of a guarded route (one that changes the pool or what it
+  learns, or spends the upstreams' keys), from the headers alone: without it
+  the answer is 401, whatever the body holds or would hold;
+- refuses a body over the route's limit (the guarded routes may take larger
+  ones than the open routes) with 413, by its declared length or while it
+  arrives;
 - tells the request's connection (:mod:`sklocus.serve._guard`) when the
   request starts, when its body is in and when its answer is sent, so that
   deadlines and the client's rate follow it.
@@ -25,7 +26,8 @@ from fastapi.responses import JSONResponse
 from sklocus.serve._guard import current_connection
 
 UNAUTHORISED = (
-    "this route changes the pool; it needs the header 'Authorization: Bearer "
+    "this route changes the pool, what it learns, or spends the upstreams' keys; "
+    "it needs the header 'Authorization: Bearer "
     "TOKEN' with the server's token"
 )
 
@@ -69,17 +71,17 @@ class RequestGate:
     ----------
     app : ASGI application
     limits : ServerLimits
-    changes_pool : callable
-        ``changes_pool(scope)`` says whether the request is for a route that
-        changes the pool (the token's routes).
+    guarded : callable
+        ``guarded(scope)`` says whether the request is for one of the token's
+        routes.
     token : str or None
         The server's token; None: no route needs one.
     """
 
-    def __init__(self, app, *, limits, changes_pool, token=None):
+    def __init__(self, app, *, limits, guarded, token=None):
         self.app = app
         self.limits = limits
-        self.changes_pool = changes_pool
+        self.guarded = guarded
         self.token = None if token is None else token.encode("utf-8")
 
     async def __call__(self, scope, receive, send):
@@ -92,15 +94,15 @@ class RequestGate:
         if connection is not None:
             connection.request_started(has_body)
             send = _told_when_sent(connection, send)
-        changes = self.changes_pool(scope)
-        if changes and self.token is not None:
+        guarded = self.guarded(scope)
+        if guarded and self.token is not None:
             if not token_matches(headers.get(b"authorization"), self.token):
                 answer = refusal(
                     401, ["header", "Authorization"], UNAUTHORISED, close=has_body
                 )
                 return await answer(scope, receive, send)
         limit = (
-            self.limits.max_body_bytes if changes else self.limits.max_open_body_bytes
+            self.limits.max_body_bytes if guarded else self.limits.max_open_body_bytes
         )
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return await _too_large(limit)(scope, receive, send)
@@ -145,7 +147,10 @@ def _told_when_sent(connection, send):
             status = message["status"]
             connection.answer_started()
         await send(message)
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            connection.answer_sent(status)
+        if message["type"] == "http.response.body":
+            if message.get("more_body"):
+                connection.answer_progressed()
+            else:
+                connection.answer_sent(status)
 
     return told

@@ -9,8 +9,9 @@ which
   never sent a request, then the one idle longest);
 - gives each phase of a connection a deadline: a request's head within
   ``header_timeout`` of the connection opening or the last answer, its body
-  and the answer's sending within ``body_timeout``; a connection past its
-  deadline is closed, however slowly it trickles;
+  and the answer's sending (each part's, for a streamed answer) within
+  ``body_timeout``; a connection past its deadline is closed, however slowly
+  it trickles;
 - stops reading a client over its rate (:class:`~sklocus.serve._limits.
   ClientBudgets`) until it is within it again, so that a flood costs the
   event loop nothing while it waits.
@@ -217,6 +218,10 @@ class GuardedConnection(asyncio.Protocol):
         self._expect(None)
 
     def answer_started(self):
+        self._expect(self.guard.limits.body_timeout, "its answer not taken")
+
+    def answer_progressed(self):
+        """Count a part of a streamed answer taken: the next is due as soon."""
         self._expect(self.guard.limits.body_timeout, "its answer not taken")
 
     def answer_sent(self, status):

@@ -26,6 +26,7 @@ so ``sklocus serve EMBEDDER EVALS`` builds its router on the router thread.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import logging
@@ -95,6 +96,21 @@ class _RouterThread:
         if threading.get_ident() == self._ident:
             return function(*args, **kwargs)
         return self.submit(function, *args, **kwargs).result()
+
+    async def wait(self, function, /, *args, **kwargs):
+        """Await ``function(*args, **kwargs)``, computed on the router thread.
+
+        The event loop goes on meanwhile; under another event loop than
+        asyncio's (trio), the wait itself takes a worker thread.
+        """
+        future = self.submit(function, *args, **kwargs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            import anyio
+
+            return await anyio.to_thread.run_sync(future.result)
+        return await asyncio.wrap_future(future)
 
 
 router_thread = _RouterThread()

@@ -1,0 +1,372 @@
+"""An OpenAI-compatible chat endpoint that routes each request, then forwards it.
+
+``POST /v1/chat/completions`` takes OpenAI's chat request. With ``"model":
+"auto"`` the router ranks the models that have an upstream
+(:class:`~sklocus.serve.Upstreams`) for the text of the last user message; the
+request goes to the best one's API, with ``model`` set to its name there, and
+its answer comes back as it was sent: a JSON body, or server-sent events
+relayed chunk by chunk for ``"stream": true``. A served model's own name pins
+the request to it.
+
+When the chosen upstream fails before its answer starts (it cannot be reached,
+times out, or answers 401, 403, 404, 408, 429 or 5xx), the request goes to the
+next-ranked model, up to ``Upstreams.fallbacks`` of them; any other status
+(400, say: the request itself is at fault) comes back at once. The answer names
+the model that gave it and its P(correct) in the headers ``x-sklocus-model``,
+``x-sklocus-p-correct`` and ``x-sklocus-fallbacks`` (failures before it).
+Errors come in OpenAI's shape, ``{"error": {"message", "type", "param",
+"code"}}``, naming each model tried and what it did. A stream that stops
+mid-answer ends with an ``error`` event, which OpenAI's clients raise.
+
+An upstream's key is sent to it alone: errors, logs and headers never carry
+it, and an upstream's refusal of its key is reported without the upstream's
+words, which may quote part of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+
+import anyio
+import httpx
+from starlette.background import BackgroundTask
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from sklocus.serve import _json
+from sklocus.serve._chat import last_user_text
+from sklocus.serve._service import RequestError, router_thread
+from sklocus.serve._warnings import LogLimit
+
+logger = logging.getLogger("sklocus.serve.proxy")
+# An upstream that is down would log a line per request: one of a kind a minute.
+logger.addFilter(LogLimit())
+
+ROUTED = "auto"
+# Statuses after which another model may well answer: the upstream is down,
+# busy, or refuses this server (its key, its model name).
+_FALL_BACK_ON = frozenset({401, 403, 404, 408, 429})
+# What the client is answered when that was the last failure: a refused key or
+# an unknown model name upstream is this server's fault (a bad gateway), not
+# the client's; 429 and 5xx are passed on as they came.
+_ANSWERED_AS = {401: 502, 403: 502, 404: 502, 408: 504}
+# The router reads the start of a long message: the sentence encoder would
+# truncate it further still. What is forwarded is the whole request.
+_ROUTED_CHARS = 20_000
+_ERROR_CHARS = 300
+# Bodies larger than this are parsed in a worker thread, not the event loop.
+_PARSE_IN_THREAD_BYTES = 64 * 2**10
+
+
+class _BadRequest(ValueError):
+    def __init__(self, param, message):
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+
+class _Failure:
+    """An upstream that gave no answer another model could not improve on."""
+
+    def __init__(self, model, status, reason):
+        self.model = model
+        self.status = status
+        self.reason = reason
+
+    def __str__(self):
+        return f"{self.model!r} {self.reason}"
+
+
+def openai_error(status, message, *, kind="invalid_request_error", param=None):
+    """Return an answer in OpenAI's error shape."""
+    return JSONResponse(
+        status_code=status,
+        content={
+            "error": {"message": message, "type": kind, "param": param, "code": None}
+        },
+    )
+
+
+class ChatProxy:
+    """Route OpenAI chat requests with a service's router, and forward them.
+
+    Parameters
+    ----------
+    service : RouterService
+        What ranks the models.
+    upstreams : Upstreams
+        Where each model answers, how many fallbacks a request may try and how
+        long an upstream may take.
+    """
+
+    def __init__(self, service, upstreams):
+        self.service = service
+        self.upstreams = upstreams
+        # One client (and its pool of connections) per event loop: a client
+        # cannot be shared between loops.
+        self._clients = weakref.WeakKeyDictionary()
+
+    def _client(self):
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.upstreams.timeout),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            )
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self):
+        """Close the connections to upstreams this event loop holds."""
+        try:
+            client = self._clients.pop(asyncio.get_running_loop(), None)
+        except RuntimeError:
+            return
+        if client is not None:
+            await client.aclose()
+
+    def routable(self):
+        """Return the served models that have an upstream, in the router's order."""
+        served = self.service.router.classes_.tolist()
+        return [name for name in served if name in self.upstreams]
+
+    def models(self):
+        """OpenAI's model list: ``auto``, then each model with an upstream."""
+        names = [ROUTED, *self.routable()]
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "sklocus"}
+                for name in names
+            ],
+        }
+
+    async def complete(self, request):
+        """Answer ``POST /v1/chat/completions``: route, forward, relay.
+
+        Parameters
+        ----------
+        request : starlette.requests.Request
+
+        Returns
+        -------
+        starlette.responses.Response
+        """
+        sent = await request.body()
+        try:
+            if len(sent) > _PARSE_IN_THREAD_BYTES:
+                body = await anyio.to_thread.run_sync(_parsed, sent)
+            else:
+                body = _parsed(sent)
+        except _BadRequest as fault:
+            return openai_error(400, fault.message, param=fault.param)
+        try:
+            ranked = await self._ranked(body["model"], body["text"])
+        except _BadRequest as fault:
+            status = 404 if fault.param == "model" else 400
+            return openai_error(status, fault.message, param=fault.param)
+        except RequestError as error:
+            return openai_error(error.status, error.message, param="messages")
+        request_body = body["request"]
+        failures = []
+        for position, (model, p) in enumerate(ranked):
+            answer = await self._forward(model, request_body, body["stream"])
+            if not isinstance(answer, _Failure):
+                answer.headers["x-sklocus-model"] = model
+                answer.headers["x-sklocus-p-correct"] = f"{p:.6f}"
+                answer.headers["x-sklocus-fallbacks"] = str(position)
+                return answer
+            failures.append(answer)
+            left = ranked[position + 1 :]
+            logger.warning(
+                "the upstream of %r failed (%s); %s",
+                model,
+                answer.reason,
+                f"trying {left[0][0]!r}" if left else "no fallback left",
+            )
+        tried = "; ".join(str(failure) for failure in failures)
+        return openai_error(
+            failures[-1].status,
+            f"no upstream answered: {tried}",
+            kind="upstream_error",
+        )
+
+    async def _ranked(self, model, text):
+        """Return ``[(model, p), ...]``: the models to try, best first."""
+        routable = self.routable()
+        if model != ROUTED and model not in routable:
+            shown = ", ".join(repr(name) for name in routable[:5])
+            more = f" and {len(routable) - 5} more" if len(routable) > 5 else ""
+            raise _BadRequest(
+                "model",
+                f"model {_json.shorten(model)} is not served here; give "
+                f"{ROUTED!r} to route, or a model with an upstream: {shown}{more} "
+                "(GET /v1/models)",
+            )
+        if not routable:
+            raise RequestError(
+                (),
+                "no model the router serves has an upstream; the pool and the "
+                "upstreams file name different models",
+                status=503,
+            )
+        text = text[:_ROUTED_CHARS]
+        if model != ROUTED:
+            scored = await router_thread.wait(self.service.predict, [text], [model])
+            return [(model, scored["p"][0][0])]
+        routable_set = set(routable)
+        exclude = [
+            name
+            for name in self.service.router.classes_.tolist()
+            if name not in routable_set
+        ]
+        k = min(1 + self.upstreams.fallbacks, len(routable))
+        routes = await router_thread.wait(
+            self.service.route, [text], exclude=exclude or None, k=k
+        )
+        return [(choice["model"], choice["p"]) for choice in routes[0]["top"]]
+
+    async def _forward(self, model, request_body, stream):
+        """Send the request to ``model``'s upstream: its answer, or a _Failure."""
+        upstream = self.upstreams[model]
+        content = json.dumps(
+            {**request_body, "model": upstream.model}, ensure_ascii=False
+        ).encode("utf-8")
+        client = self._client()
+        outgoing = client.build_request(
+            "POST",
+            upstream.completions_url,
+            content=content,
+            headers=upstream.headers(),
+        )
+        try:
+            response = await client.send(outgoing, stream=True)
+        except httpx.HTTPError as error:
+            return _Failure(model, *self._unreachable(error))
+        status = response.status_code
+        if status >= 400:
+            try:
+                detail = await _error_detail(response, upstream)
+            finally:
+                await response.aclose()
+            if status in (401, 403):
+                variable = upstream.api_key_env
+                detail = (
+                    f"refused the key in {variable} (api_key_env)"
+                    if variable is not None
+                    else "refused a request without a key (the upstream has no "
+                    "api_key_env)"
+                )
+            if status >= 500 or status in _FALL_BACK_ON:
+                return _Failure(
+                    model,
+                    _ANSWERED_AS.get(status, status),
+                    f"answered {status}: {detail}",
+                )
+            return openai_error(
+                status,
+                f"the upstream of {model!r} answered {status}: {detail}",
+                kind="upstream_error",
+            )
+        media_type = response.headers.get("content-type")
+        if stream:
+            # Closed by the relay when it ends, and by the background task
+            # when the client goes first.
+            return StreamingResponse(
+                _relayed(response, model),
+                status,
+                media_type=media_type,
+                background=BackgroundTask(response.aclose),
+            )
+        try:
+            answer = await response.aread()
+        except httpx.HTTPError as error:
+            return _Failure(model, *self._unreachable(error))
+        finally:
+            await response.aclose()
+        return Response(answer, status, media_type=media_type)
+
+    def _unreachable(self, error):
+        """Return the status and reason of a request that got no answer."""
+        if isinstance(error, httpx.TimeoutException):
+            return 504, f"timed out after {self.upstreams.timeout:g} s"
+        return 502, f"could not be reached ({type(error).__name__})"
+
+
+def _parsed(sent):
+    """Check a chat request; return it, its text, whether it streams, its model."""
+    try:
+        request = _json.loads(sent)
+    except json.JSONDecodeError as error:
+        raise _BadRequest(None, f"the body is not valid JSON: {error.msg}") from None
+    if not isinstance(request, dict):
+        raise _BadRequest(None, "the body must be a JSON object, a chat request")
+    model = request.get("model")
+    if not isinstance(model, str) or not model:
+        raise _BadRequest(
+            "model", f"model must be {ROUTED!r} (to route) or a served model's name"
+        )
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _BadRequest("messages", "messages must be a non-empty list of messages")
+    text = last_user_text(messages)
+    if text is None:
+        raise _BadRequest(
+            "messages", "the last user message has no text for the router to read"
+        )
+    stream = request.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _BadRequest("stream", "stream must be true or false")
+    return {"request": request, "text": text, "stream": stream, "model": model}
+
+
+async def _error_detail(response, upstream):
+    """Return an upstream's error message, short and without its key."""
+    try:
+        raw = await response.aread()
+    except httpx.HTTPError as error:
+        return f"its body was cut off ({type(error).__name__})"
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed)
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str):
+            text = message
+    text = upstream.scrubbed(" ".join(text.split()))
+    if len(text) > _ERROR_CHARS:
+        text = text[:_ERROR_CHARS] + "..."
+    return text or "(no message)"
+
+
+async def _relayed(response, model):
+    """Relay a streamed answer's bytes; end with an error event if it breaks."""
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    except httpx.HTTPError as error:
+        reason = (
+            "timed out"
+            if isinstance(error, httpx.TimeoutException)
+            else type(error).__name__
+        )
+        logger.warning("the upstream of %r stopped mid-answer (%s)", model, reason)
+        event = {
+            "error": {
+                "message": f"the upstream of {model!r} stopped mid-answer ({reason})",
+                "type": "upstream_error",
+                "param": None,
+                "code": None,
+            }
+        }
+        yield f"data: {json.dumps(event)}\n\n".encode()
+    finally:
+        await response.aclose()

@@ -1,0 +1,78 @@
+"""Upstreams: where the chat proxy forwards each model's requests, and with what key."""
+
+import pytest
+
+from sklocus.serve import Upstreams
+
+
+def test_upstreams_are_read_from_toml_with_keys_from_the_environment(tmp_path):
+    path = tmp_path / "upstreams.toml"
+    path.write_text(
+        '[models."small-one"]\n'
+        'base_url = "http://gpu-1:8000/v1"\n'
+        'api_key_env = "SMALL_KEY"\n'
+        "[models.large]\n"
+        'base_url = "https://api.example.com/v1/"\n'
+        'model = "large-2"\n'
+    )
+    upstreams = Upstreams.read(
+        path, fallbacks=2, timeout=5, environ={"SMALL_KEY": " sk-1 "}
+    )
+    assert list(upstreams) == ["small-one", "large"]
+    assert (upstreams.fallbacks, upstreams.timeout) == (2, 5.0)
+    small, large = upstreams["small-one"], upstreams["large"]
+    assert small.model == "small-one"
+    assert small.headers()["authorization"] == "Bearer sk-1"
+    assert large.model == "large-2"
+    assert "authorization" not in large.headers()
+    assert large.completions_url == "https://api.example.com/v1/chat/completions"
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({}, "model 'm': no base_url"),
+        ({"base_url": "ftp://host/v1"}, "not an http:// or https:// URL"),
+        ({"base_url": "http://user:sk-abc@host/v1"}, "base_url holds credentials"),
+        ({"base_url": "http://host/v1?key=sk-abc"}, "holds a query or fragment"),
+        ({"base_url": "http://host/v1", "api_key": "sk-abc"}, "give api_key_env"),
+        ({"base_url": "http://host/v1", "api_key_env": "UNSET"}, "UNSET (api_key_env)"),
+        ({"base_url": "http://host/v1", "model": ""}, "model must be non-empty"),
+        ({"base_url": 7}, "base_url must be non-empty text"),
+    ],
+)
+def test_bad_upstreams_are_refused_by_model_and_field(fields, message):
+    with pytest.raises(ValueError, match="upstreams: model 'm'") as raised:
+        Upstreams({"m": fields}, environ={})
+    assert message in str(raised.value)
+    assert "sk-abc" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[models.m\n", "not valid TOML"),
+        ("[proxy]\nfallbacks = 2\n", "unknown table 'proxy'"),
+        ("", "no models"),
+    ],
+)
+def test_bad_upstream_files_are_refused_by_name(tmp_path, text, message):
+    path = tmp_path / "upstreams.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message) as raised:
+        Upstreams.read(path)
+    assert str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"fallbacks": -1}, "fallbacks=-1; expected at least 0"),
+        ({"fallbacks": True}, "expected an integer"),
+        ({"timeout": 0}, "timeout=0; expected a number of seconds above 0"),
+        ({"timeout": float("inf")}, "timeout=inf"),
+    ],
+)
+def test_fallbacks_and_timeout_are_checked(settings, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        Upstreams({"m": {"base_url": "http://host/v1"}}, **settings)
