@@ -60,6 +60,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for position, word in enumerate(words):
             piece = word if position == 0 else " " + word
             self._event(_chunk(model, {"content": piece}))
+            if self.server.stand_in.behaviour == "slow":
+                time.sleep(0.2)
             if stall and position == 1:
                 self.server.stand_in.released.wait(_HANG_S)
                 return
@@ -112,8 +114,8 @@ class StandIn:
     ----------
     behaviour : str or int
         ``"answer"`` (the default), an HTTP status to answer with,
-        ``"hang"`` (answer nothing until closed) or ``"stall"`` (stream two
-        words, then nothing).
+        ``"hang"`` (answer nothing until closed), ``"stall"`` (stream two
+        words, then nothing) or ``"slow"`` (stream a word each 0.2 s).
     error_message : str or None
         The message of an error status (the default names the stand-in).
     received : list of dict

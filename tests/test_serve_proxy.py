@@ -66,8 +66,8 @@ def upstreams_of(stand_ins, **settings):
 class Proxy:
     """A served router with upstreams (``Served``), and OpenAI's client for it."""
 
-    def __init__(self, router, upstreams, tmp_path, *, path=None):
-        self.served = Served(router, tmp_path, path=path, upstreams=upstreams)
+    def __init__(self, router, upstreams, tmp_path, *, path=None, **limits):
+        self.served = Served(router, tmp_path, path=path, upstreams=upstreams, **limits)
         self.service = self.served.service
         self.url = f"http://127.0.0.1:{self.served.port}"
         self.client = openai.OpenAI(
@@ -136,6 +136,25 @@ def test_a_stream_is_relayed_event_by_event(proxy, pool):
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
     assert text == f"{best} says: {question}"
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_stream_may_outlast_the_answer_deadline_while_it_flows(
+    pool, stand_ins, tmp_path
+):
+    # The deadline is for each part a client takes, not the whole stream.
+    _, router = pool
+    question = "q00012"
+    best = router.predict([question])[0]
+    stand_ins[best].behaviour = "slow"
+    running = Proxy(router, upstreams_of(stand_ins), tmp_path, body_timeout=0.5)
+    try:
+        start = time.monotonic()
+        raw = running.ask(question, stream=True)
+        chunks = [c.choices[0].delta.content or "" for c in raw.parse() if c.choices]
+        assert time.monotonic() - start > 0.5
+        assert "".join(chunks) == f"{best} says: {question}"
+    finally:
+        running.close()
 
 
 def test_a_model_named_in_the_request_takes_it(proxy, pool):
