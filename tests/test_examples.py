@@ -133,6 +133,15 @@ def _learning_routes_better_and_exploration_tries_more_models(output):
     assert "evaluations kept in the file: " in output
 
 
+def _the_openai_client_is_routed_streamed_and_falls_back(output):
+    assert "answers from the model router.predict names: 40 of 40" in output
+    assert re.search(r"streamed from model-\d+: 'an answer from model-\d+'", output)
+    down = re.search(
+        r"(model-\d+) is down; answered by (model-\d+) after 1 failure", output
+    )
+    assert down and down[1] != down[2], output
+
+
 CHECKS = {
     "quick_start.py": _routes_beat_the_best_model,
     "table_to_saved_router.py": _served_routes_match,
@@ -146,6 +155,9 @@ CHECKS = {
     "serve_over_http.py": _the_server_routes_and_onboards,
     "routing_on_a_budget.py": _the_router_beats_random_mixing_and_keeps_its_budgets,
     "routing_inside_litellm.py": _the_gateway_routes_as_the_router_and_learns,
+    "openai_client_through_sklocus.py": (
+        _the_openai_client_is_routed_streamed_and_falls_back
+    ),
     "learning_from_outcomes.py": (
         _learning_routes_better_and_exploration_tries_more_models
     ),
