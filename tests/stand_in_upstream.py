@@ -16,6 +16,10 @@ _HANG_S = 30.0
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Buffered, so that an answer's head and body leave in one write: as two
+    # small writes, Nagle's algorithm would hold the body back until the
+    # client acknowledges the head (40 ms where the client delays its ACK).
+    wbufsize = -1
 
     def log_message(self, *args):  # quiet
         pass
@@ -37,15 +41,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._json(500, {"error": {"message": "released"}})
         if isinstance(behaviour, int):
             message = stand_in.error_message or f"{stand_in.name} is unwell"
-            return self._json(behaviour, {"error": {"message": message}})
+            error = {"message": message, **stand_in.error_fields}
+            headers = {"retry-after": "7"} if behaviour == 429 else {}
+            return self._json(behaviour, {"error": error}, headers)
         text = f"{stand_in.name} says: {body['messages'][-1]['content']}"
         if body.get("stream"):
             return self._stream(body["model"], text, stall=behaviour == "stall")
         return self._json(200, _completion(body["model"], text))
 
-    def _json(self, status, payload):
+    def _json(self, status, payload, headers=None):
         data = json.dumps(payload).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.end_headers()
@@ -61,7 +69,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             piece = word if position == 0 else " " + word
             self._event(_chunk(model, {"content": piece}))
             if self.server.stand_in.behaviour == "slow":
-                time.sleep(0.2)
+                time.sleep(0.4)
             if stall and position == 1:
                 self.server.stand_in.released.wait(_HANG_S)
                 return
@@ -115,9 +123,12 @@ class StandIn:
     behaviour : str or int
         ``"answer"`` (the default), an HTTP status to answer with,
         ``"hang"`` (answer nothing until closed), ``"stall"`` (stream two
-        words, then nothing) or ``"slow"`` (stream a word each 0.2 s).
+        words, then nothing) or ``"slow"`` (stream a word each 0.4 s).
     error_message : str or None
         The message of an error status (the default names the stand-in).
+    error_fields : dict
+        More fields of an error (``code``, ``param``...); a 429 also says
+        ``retry-after: 7``.
     received : list of dict
         Each request's ``headers`` and JSON ``body``.
     base_url : str
@@ -127,6 +138,7 @@ class StandIn:
         self.name = name
         self.behaviour = "answer"
         self.error_message = None
+        self.error_fields = {}
         self.received = []
         self.released = threading.Event()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

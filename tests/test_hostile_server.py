@@ -68,7 +68,7 @@ def _faults(response):
         ('{"queries": ["q00001"], "cost_weight": Infinity}', "Infinity is not"),
         ('{"queries": ["q00001"], "cost_weight": -Infinity}', "-Infinity is not"),
         ('{"queries": ["q00001"], "cost_weight": 1e400}', "'1e400' overflows a float"),
-        ('{"queries": ["q00001"], "k": 1' + "0" * 5000 + "}", "at most 18"),
+        ('{"queries": ["q00001"], "k": 1' + "0" * 5000 + "}", "at most 20"),
         ('{"queries": ["\\ud800"]}', "lone surrogate \\ud800"),
         ('{"queries": ["q00001"], "\\udfffx": 1}', "lone surrogate \\udfff"),
         ('{"queries": ["q1"], "queries": ["q2"]}', "'queries' appears twice"),

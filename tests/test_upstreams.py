@@ -1,5 +1,7 @@
 """Upstreams: where the chat proxy forwards each model's requests, and with what key."""
 
+import urllib.parse
+
 import pytest
 
 from sklocus.serve import Upstreams
@@ -76,3 +78,39 @@ def test_bad_upstream_files_are_refused_by_name(tmp_path, text, message):
 def test_fallbacks_and_timeout_are_checked(settings, message):
     with pytest.raises((TypeError, ValueError), match=message):
         Upstreams({"m": {"base_url": "http://host/v1"}}, **settings)
+
+
+def test_keys_that_cannot_go_in_a_header_are_refused_without_repeating_them():
+    with pytest.raises(ValueError, match="KEY_VAR") as raised:
+        Upstreams(
+            {"m": {"base_url": "http://h/v1", "api_key_env": "KEY_VAR"}},
+            environ={"KEY_VAR": "sk-\u00e9t\u00e9"},
+        )
+    assert "sk-" not in str(raised.value)
+
+
+def test_an_upstream_shows_and_compares_without_its_key():
+    upstreams = Upstreams(
+        {"m": {"base_url": "http://h/v1", "api_key_env": "K"}}, environ={"K": "sk-1"}
+    )
+    upstream = upstreams["m"]
+    assert "sk-1" not in repr(upstream) + repr(upstreams)
+    assert not hasattr(upstream, "__dict__")  # vars() and asdict() cannot reach it
+    assert upstream.scrubbed("bad key sk-1!") == "bad key [key]!"
+
+
+@pytest.mark.parametrize(
+    "name, shown",
+    [
+        ("model-0001", "model-0001"),
+        ("org/model 7b", "org/model%207b"),
+        ("modèle", "mod%C3%A8le"),
+        ("100%", "100%25"),
+    ],
+)
+def test_model_names_are_carried_by_headers_as_percent_encoded_utf8(name, shown):
+    pytest.importorskip("httpx")
+    from sklocus.serve._proxy import _header_text
+
+    assert _header_text(name) == shown
+    assert urllib.parse.unquote(_header_text(name)) == name

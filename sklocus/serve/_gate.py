@@ -52,11 +52,48 @@ def token_matches(authorization, expected):
     return hmac.compare_digest(given.strip(), expected)
 
 
-def refusal(status, loc, message, *, close=False):
-    """Return a 4xx or 5xx answer in the shape of FastAPI's validation errors."""
+# OpenAI's API (and so the chat proxy) lives under this prefix: its errors
+# come in OpenAI's shape, which its clients read.
+OPENAI_PREFIX = "/v1/"
+
+
+def openai_error(status, message, *, kind=None, param=None, code=None, headers=None):
+    """Return a 4xx or 5xx answer in OpenAI's shape, ``{"error": {...}}``.
+
+    Parameters
+    ----------
+    status : int
+    message : str
+    kind : str, default=None
+        The error's ``type``: ``"invalid_request_error"`` for a 4xx and
+        ``"server_error"`` for a 5xx by default.
+    param : str, default=None
+        The request field at fault.
+    code : str, default=None
+    headers : dict, default=None
+    """
+    if kind is None:
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+    return JSONResponse(
+        status_code=status,
+        content={
+            "error": {"message": message, "type": kind, "param": param, "code": code}
+        },
+        headers=headers,
+    )
+
+
+def refusal(status, loc, message, *, close=False, path=""):
+    """Return a 4xx or 5xx answer in the shape of FastAPI's validation errors.
+
+    Under OpenAI's prefix (``path``), in OpenAI's shape, the field as ``param``.
+    """
     headers = {"connection": "close"} if close else None
     if status == 401:
         headers = {**(headers or {}), "www-authenticate": "Bearer"}
+    if path.startswith(OPENAI_PREFIX):
+        param = ".".join(str(part) for part in loc[1:]) or None
+        return openai_error(status, message, param=param, headers=headers)
     return JSONResponse(
         status_code=status,
         content={"detail": [{"loc": list(loc), "msg": message, "type": "value_error"}]},
@@ -98,14 +135,18 @@ class RequestGate:
         if guarded and self.token is not None:
             if not token_matches(headers.get(b"authorization"), self.token):
                 answer = refusal(
-                    401, ["header", "Authorization"], UNAUTHORISED, close=has_body
+                    401,
+                    ["header", "Authorization"],
+                    UNAUTHORISED,
+                    close=has_body,
+                    path=scope["path"],
                 )
                 return await answer(scope, receive, send)
         limit = (
             self.limits.max_body_bytes if guarded else self.limits.max_open_body_bytes
         )
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return await _too_large(limit)(scope, receive, send)
+            return await _too_large(limit, scope)(scope, receive, send)
         seen, refused = 0, False
 
         async def counted():
@@ -118,7 +159,7 @@ class RequestGate:
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     refused = True
-                    await _too_large(limit)(scope, receive, send)
+                    await _too_large(limit, scope)(scope, receive, send)
                     return {"type": "http.disconnect"}
                 if connection is not None and not message.get("more_body"):
                     connection.body_received()
@@ -131,9 +172,13 @@ class RequestGate:
         return await self.app(scope, counted, unless_refused)
 
 
-def _too_large(limit):
+def _too_large(limit, scope):
     return refusal(
-        413, ["body"], f"the request body is over {limit:,} bytes", close=True
+        413,
+        ["body"],
+        f"the request body is over {limit:,} bytes",
+        close=True,
+        path=scope["path"],
     )
 
 
@@ -145,12 +190,14 @@ def _told_when_sent(connection, send):
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
-            connection.answer_started()
+        # The client's deadline runs while a part is being sent (while a
+        # client that does not read holds ``send`` back), not while the
+        # application makes the next part.
+        connection.answer_sending()
         await send(message)
-        if message["type"] == "http.response.body":
-            if message.get("more_body"):
-                connection.answer_progressed()
-            else:
-                connection.answer_sent(status)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            connection.answer_sent(status)
+        else:
+            connection.answer_waiting()
 
     return told

@@ -9,9 +9,9 @@ which
   never sent a request, then the one idle longest);
 - gives each phase of a connection a deadline: a request's head within
   ``header_timeout`` of the connection opening or the last answer, its body
-  and the answer's sending (each part's, for a streamed answer) within
-  ``body_timeout``; a connection past its deadline is closed, however slowly
-  it trickles;
+  and the sending of each part of its answer within ``body_timeout`` (the
+  time the server takes to make a part is its own); a connection past its
+  deadline is closed, however slowly it trickles;
 - stops reading a client over its rate (:class:`~sklocus.serve._limits.
   ClientBudgets`) until it is within it again, so that a flood costs the
   event loop nothing while it waits.
@@ -217,12 +217,18 @@ class GuardedConnection(asyncio.Protocol):
     def body_received(self):
         self._expect(None)
 
-    def answer_started(self):
+    def answer_sending(self):
+        """Give the client ``body_timeout`` to take the part of the answer sent now."""
         self._expect(self.guard.limits.body_timeout, "its answer not taken")
 
-    def answer_progressed(self):
-        """Count a part of a streamed answer taken: the next is due as soon."""
-        self._expect(self.guard.limits.body_timeout, "its answer not taken")
+    def answer_waiting(self):
+        """Set no deadline while the server makes the answer's next part.
+
+        A streamed answer (a chat completion relayed from an upstream) may wait
+        on its source for longer than a client may take to read a part; the
+        source has a timeout of its own.
+        """
+        self._expect(None)
 
     def answer_sent(self, status):
         """Count an answer out: the next request's head is due now."""

@@ -14,9 +14,10 @@ import json
 import math
 import re
 
-# An integer field here is a count (k); longer integers are refused before
-# Python spends time converting them.
-MAX_INTEGER_DIGITS = 18
+# An integer field here is a count (k), or a chat request's int64 seed (19
+# digits); longer integers are refused before Python spends time converting
+# them.
+MAX_INTEGER_DIGITS = 20
 _SHOWN_CHARS = 40
 # Only an escape can put a surrogate in a string: raw surrogates are not UTF-8.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

@@ -57,8 +57,8 @@ class ServerLimits:
         or its last answer was sent; it is closed then.
     body_timeout : float, default=60
         Seconds a request has to send its whole body, and the client to take
-        its answer, or each part of a streamed one (a chat completion relayed
-        from an upstream may stream for longer).
+        each part of its answer as it is sent (a streamed answer, such as a
+        chat completion relayed from an upstream, may last longer).
     rate : float, default=1000
         Requests a second one address may make on average; 0 for no limit.
     burst : float, default=200

@@ -28,21 +28,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.parse
 import weakref
 
 import anyio
 import httpx
 from starlette.background import BackgroundTask
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from sklocus.serve import _json
 from sklocus.serve._chat import last_user_text
+from sklocus.serve._gate import openai_error
 from sklocus.serve._service import RequestError, router_thread
-from sklocus.serve._warnings import LogLimit
 
+# Limited to a line of a kind a while by sklocus.serve.run (limited_logs).
 logger = logging.getLogger("sklocus.serve.proxy")
-# An upstream that is down would log a line per request: one of a kind a minute.
-logger.addFilter(LogLimit())
 
 ROUTED = "auto"
 # Statuses after which another model may well answer: the upstream is down,
@@ -56,6 +56,8 @@ _ANSWERED_AS = {401: 502, 403: 502, 404: 502, 408: 504}
 # truncate it further still. What is forwarded is the whole request.
 _ROUTED_CHARS = 20_000
 _ERROR_CHARS = 300
+# Printable ASCII but the percent sign, which starts an escape.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 # Bodies larger than this are parsed in a worker thread, not the event loop.
 _PARSE_IN_THREAD_BYTES = 64 * 2**10
 
@@ -68,25 +70,16 @@ class _BadRequest(ValueError):
 
 
 class _Failure:
-    """An upstream that gave no answer another model could not improve on."""
+    """An upstream that failed where another model might answer."""
 
-    def __init__(self, model, status, reason):
+    def __init__(self, model, status, reason, retry_after=None):
         self.model = model
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
 
     def __str__(self):
         return f"{self.model!r} {self.reason}"
-
-
-def openai_error(status, message, *, kind="invalid_request_error", param=None):
-    """Return an answer in OpenAI's error shape."""
-    return JSONResponse(
-        status_code=status,
-        content={
-            "error": {"message": message, "type": kind, "param": param, "code": None}
-        },
-    )
 
 
 class ChatProxy:
@@ -164,20 +157,30 @@ class ChatProxy:
         except _BadRequest as fault:
             return openai_error(400, fault.message, param=fault.param)
         try:
-            ranked = await self._ranked(body["model"], body["text"])
+            try:
+                ranked = await self._ranked(body["model"], body["text"])
+            except RequestError as error:
+                if error.field[:1] not in (("exclude",), ("k",)):
+                    raise
+                # A model retired between reading the pool and ranking: the
+                # next ranking reads the pool anew.
+                ranked = await self._ranked(body["model"], body["text"])
         except _BadRequest as fault:
             status = 404 if fault.param == "model" else 400
             return openai_error(status, fault.message, param=fault.param)
         except RequestError as error:
-            return openai_error(error.status, error.message, param="messages")
+            param = "messages" if error.field[:1] == ("queries",) else None
+            return openai_error(error.status, error.message, param=param)
         request_body = body["request"]
         failures = []
         for position, (model, p) in enumerate(ranked):
-            answer = await self._forward(model, request_body, body["stream"])
+            told = {
+                "x-sklocus-model": _header_text(model),
+                "x-sklocus-p-correct": f"{p:.6f}",
+                "x-sklocus-fallbacks": str(position),
+            }
+            answer = await self._forward(model, request_body, body["stream"], told)
             if not isinstance(answer, _Failure):
-                answer.headers["x-sklocus-model"] = model
-                answer.headers["x-sklocus-p-correct"] = f"{p:.6f}"
-                answer.headers["x-sklocus-fallbacks"] = str(position)
                 return answer
             failures.append(answer)
             left = ranked[position + 1 :]
@@ -188,15 +191,20 @@ class ChatProxy:
                 f"trying {left[0][0]!r}" if left else "no fallback left",
             )
         tried = "; ".join(str(failure) for failure in failures)
+        last = failures[-1]
         return openai_error(
-            failures[-1].status,
+            last.status,
             f"no upstream answered: {tried}",
             kind="upstream_error",
+            headers=None
+            if last.retry_after is None
+            else {"retry-after": last.retry_after},
         )
 
     async def _ranked(self, model, text):
         """Return ``[(model, p), ...]``: the models to try, best first."""
-        routable = self.routable()
+        served = self.service.router.classes_.tolist()  # one snapshot
+        routable = [name for name in served if name in self.upstreams]
         if model != ROUTED and model not in routable:
             shown = ", ".join(repr(name) for name in routable[:5])
             more = f" and {len(routable) - 5} more" if len(routable) > 5 else ""
@@ -217,20 +225,18 @@ class ChatProxy:
         if model != ROUTED:
             scored = await router_thread.wait(self.service.predict, [text], [model])
             return [(model, scored["p"][0][0])]
-        routable_set = set(routable)
-        exclude = [
-            name
-            for name in self.service.router.classes_.tolist()
-            if name not in routable_set
-        ]
+        exclude = [name for name in served if name not in self.upstreams]
         k = min(1 + self.upstreams.fallbacks, len(routable))
         routes = await router_thread.wait(
             self.service.route, [text], exclude=exclude or None, k=k
         )
         return [(choice["model"], choice["p"]) for choice in routes[0]["top"]]
 
-    async def _forward(self, model, request_body, stream):
-        """Send the request to ``model``'s upstream: its answer, or a _Failure."""
+    async def _forward(self, model, request_body, stream, told):
+        """Send the request to ``model``'s upstream: its answer, or a _Failure.
+
+        ``told`` are the headers that say which model answers.
+        """
         upstream = self.upstreams[model]
         content = json.dumps(
             {**request_body, "model": upstream.model}, ensure_ascii=False
@@ -247,47 +253,57 @@ class ChatProxy:
         except httpx.HTTPError as error:
             return _Failure(model, *self._unreachable(error))
         status = response.status_code
-        if status >= 400:
-            try:
-                detail = await _error_detail(response, upstream)
-            finally:
-                await response.aclose()
-            if status in (401, 403):
-                variable = upstream.api_key_env
-                detail = (
-                    f"refused the key in {variable} (api_key_env)"
-                    if variable is not None
-                    else "refused a request without a key (the upstream has no "
-                    "api_key_env)"
-                )
-            if status >= 500 or status in _FALL_BACK_ON:
-                return _Failure(
-                    model,
-                    _ANSWERED_AS.get(status, status),
-                    f"answered {status}: {detail}",
-                )
-            return openai_error(
-                status,
-                f"the upstream of {model!r} answered {status}: {detail}",
-                kind="upstream_error",
-            )
         media_type = response.headers.get("content-type")
-        if stream:
+        if stream and status < 400:
             # Closed by the relay when it ends, and by the background task
             # when the client goes first.
             return StreamingResponse(
                 _relayed(response, model),
                 status,
+                headers=told,
                 media_type=media_type,
                 background=BackgroundTask(response.aclose),
             )
         try:
+            if status >= 400:
+                return await self._refused(model, upstream, response, told)
             answer = await response.aread()
         except httpx.HTTPError as error:
             return _Failure(model, *self._unreachable(error))
         finally:
             await response.aclose()
-        return Response(answer, status, media_type=media_type)
+        return Response(answer, status, headers=told, media_type=media_type)
+
+    async def _refused(self, model, upstream, response, told):
+        """Return a _Failure to fall back from, or the answer to an upstream error."""
+        status = response.status_code
+        error = await _upstream_error(response, upstream)
+        detail = error["message"]
+        if status in (401, 403):
+            # The upstream's words may quote part of the key.
+            variable = upstream.api_key_env
+            detail = (
+                f"refused the key in {variable} (api_key_env)"
+                if variable is not None
+                else "refused a request without a key (the upstream has no api_key_env)"
+            )
+        if status >= 500 or status in _FALL_BACK_ON:
+            return _Failure(
+                model,
+                _ANSWERED_AS.get(status, status),
+                f"answered {status}: {detail}",
+                response.headers.get("retry-after"),
+            )
+        # The request's own fault: what OpenAI's clients act on (its code,
+        # the field) is kept.
+        return openai_error(
+            status,
+            f"the upstream of {model!r} answered {status}: {detail}",
+            kind=error["type"] or "upstream_error",
+            param=error["param"],
+            code=error["code"],
+            headers=told,
+        )
 
     def _unreachable(self, error):
         """Return the status and reason of a request that got no answer."""
@@ -325,12 +341,17 @@ def _parsed(sent):
     return {"request": request, "text": text, "stream": stream, "model": model}
 
 
-async def _error_detail(response, upstream):
-    """Return an upstream's error message, short and without its key."""
+async def _upstream_error(response, upstream):
+    """Return an upstream's error message, short and without its key.
+
+    With its ``type``, ``param`` and ``code``, where it gave them as short text.
+    """
+    found = {"message": None, "type": None, "param": None, "code": None}
     try:
         raw = await response.aread()
     except httpx.HTTPError as error:
-        return f"its body was cut off ({type(error).__name__})"
+        found["message"] = f"its body was cut off ({type(error).__name__})"
+        return found
     text = raw.decode("utf-8", errors="replace")
     try:
         parsed = json.loads(text)
@@ -338,20 +359,38 @@ async def _error_detail(response, upstream):
         parsed = None
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed)
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str):
-            text = message
+        if isinstance(error, dict):
+            for field in ("type", "param", "code"):
+                value = error.get(field)
+                if isinstance(value, str) and len(value) <= 100:
+                    found[field] = upstream.scrubbed(value)
+            error = error.get("message")
+        if isinstance(error, str):
+            text = error
     text = upstream.scrubbed(" ".join(text.split()))
     if len(text) > _ERROR_CHARS:
         text = text[:_ERROR_CHARS] + "..."
-    return text or "(no message)"
+    found["message"] = text or "(no message)"
+    return found
+
+
+def _header_text(name):
+    """Return a model's name as a header may carry it.
+
+    Percent-encoded UTF-8 where it is not printable ASCII, or is ``%``
+    (``urllib.parse.unquote`` reads it back).
+    """
+    return urllib.parse.quote(name, safe=_HEADER_SAFE)
 
 
 async def _relayed(response, model):
     """Relay a streamed answer's bytes; end with an error event if it breaks."""
+    between_events = True
     try:
-        async for chunk in response.aiter_raw():
-            yield chunk
+        async for chunk in response.aiter_bytes():
+            if chunk:
+                between_events = chunk.endswith((b"\n\n", b"\r\n\r\n"))
+                yield chunk
     except httpx.HTTPError as error:
         reason = (
             "timed out"
@@ -367,6 +406,8 @@ async def _relayed(response, model):
                 "code": None,
             }
         }
-        yield f"data: {json.dumps(event)}\n\n".encode()
+        # An event cut off midway is ended first, so the error reads as one.
+        start = "" if between_events else "\n\n"
+        yield f"{start}data: {json.dumps(event)}\n\n".encode()
     finally:
         await response.aclose()

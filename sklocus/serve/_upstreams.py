@@ -17,7 +17,6 @@ nowhere but the ``Authorization`` header of requests to its own upstream.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 import os
@@ -36,7 +35,6 @@ else:  # pragma: no cover - the serve extra installs tomli on 3.10
 _FIELDS = ("base_url", "model", "api_key_env")
 
 
-@dataclasses.dataclass(frozen=True)
 class Upstream:
     """An OpenAI-compatible API that answers for one model of the router.
 
@@ -48,18 +46,27 @@ class Upstream:
         hold credentials, a query or a fragment.
     model : str
         The model's name at that API.
-    api_key_env : str or None
+    api_key_env : str, default=None
         The environment variable the key was read from; None for an API that
         takes no key.
+    api_key : str, default=None
+        The key, sent as ``Authorization: Bearer KEY`` to this API alone. It is
+        kept out of the ``repr``, comparisons and pickles.
     """
 
-    base_url: str
-    model: str
-    api_key_env: str | None = None
-    # Read from api_key_env by Upstreams; never shown, compared or pickled.
-    api_key: str | None = dataclasses.field(
-        default=None, repr=False, compare=False, kw_only=True
-    )
+    __slots__ = ("base_url", "model", "api_key_env", "_api_key")
+
+    def __init__(self, base_url, model, api_key_env=None, *, api_key=None):
+        self.base_url = base_url
+        self.model = model
+        self.api_key_env = api_key_env
+        self._api_key = api_key
+
+    def __repr__(self):
+        return (
+            f"Upstream(base_url={self.base_url!r}, model={self.model!r}, "
+            f"api_key_env={self.api_key_env!r})"
+        )
 
     @property
     def completions_url(self):
@@ -69,14 +76,14 @@ class Upstream:
     def headers(self):
         """Return the headers of a request to this upstream, with its key if any."""
         headers = {"content-type": "application/json", "accept-encoding": "identity"}
-        if self.api_key is not None:
-            headers["authorization"] = f"Bearer {self.api_key}"
+        if self._api_key is not None:
+            headers["authorization"] = f"Bearer {self._api_key}"
         return headers
 
     def scrubbed(self, text):
         """Return ``text`` (an upstream's error) with this upstream's key cut out."""
-        if self.api_key:
-            text = text.replace(self.api_key, "[key]")
+        if self._api_key:
+            text = text.replace(self._api_key, "[key]")
         return text
 
     def __reduce__(self):
@@ -236,10 +243,11 @@ def _upstream(name, fields, environ, source):
                 "is not set or is empty"
             )
         key = key.strip()
-        if has_control_character(key):
+        if not key.isascii() or has_control_character(key):
             raise ValueError(
                 f"{where}: the environment variable {key_variable} (api_key_env) "
-                "holds a control character; it cannot go in a header"
+                "holds a character that cannot go in a header (not ASCII, or a "
+                "control character)"
             )
     return Upstream(base_url, fields.get("model", name), key_variable, api_key=key)
 

@@ -89,7 +89,14 @@ def limited_warnings(interval=60.0):
 
 # Loggers a client can make write: uvicorn's parser and access log, asyncio's
 # accept loop, the connection guard.
-_CLIENT_LOGGERS = ("uvicorn.error", "uvicorn.access", "asyncio", "sklocus.serve")
+_CLIENT_LOGGERS = (
+    "uvicorn.error",
+    "uvicorn.access",
+    "asyncio",
+    "sklocus.serve",
+    # An upstream that is down would log a line per chat request.
+    "sklocus.serve.proxy",
+)
 _MAX_KINDS = 10_000
 
 
