@@ -208,7 +208,7 @@ def test_a_failing_upstream_falls_back_to_the_next_ranked_model(
         (503, 503, "answered 503: {best} is unwell"),
         (429, 429, "answered 429: {best} is unwell"),
         ("hang", 504, "timed out after 1 s"),
-        ("gone", 502, "could not be reached (ConnectError)"),
+        ("gone", 502, "could not be reached or broke off (ConnectionRefusedError)"),
         # A refused key is this server's fault: a bad gateway, not a 401.
         (401, 502, f"answered 401: refused the key in {KEY_VARIABLE}"),
     ],

@@ -513,7 +513,7 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
     """
     proxy = None
     if upstreams is not None:
-        from sklocus.serve._proxy import ChatProxy  # httpx, only for the proxy
+        from sklocus.serve._proxy import ChatProxy
         from sklocus.serve._upstreams import Upstreams
 
         if not isinstance(upstreams, Upstreams):

@@ -32,7 +32,6 @@ import urllib.parse
 import weakref
 
 import anyio
-import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
@@ -40,6 +39,7 @@ from sklocus.serve import _json
 from sklocus.serve._chat import last_user_text
 from sklocus.serve._gate import openai_error
 from sklocus.serve._service import RequestError, router_thread
+from sklocus.serve._upstream_client import UpstreamClient, UpstreamError
 
 # Limited to a line of a kind a while by sklocus.serve.run (limited_logs).
 logger = logging.getLogger("sklocus.serve.proxy")
@@ -97,18 +97,15 @@ class ChatProxy:
     def __init__(self, service, upstreams):
         self.service = service
         self.upstreams = upstreams
-        # One client (and its pool of connections) per event loop: a client
-        # cannot be shared between loops.
+        # One client (and its pool of connections) per event loop: a
+        # connection belongs to the loop that opened it.
         self._clients = weakref.WeakKeyDictionary()
 
     def _client(self):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.upstreams.timeout),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            )
+            client = UpstreamClient(self.upstreams.timeout)
             self._clients[loop] = client
         return client
 
@@ -241,19 +238,17 @@ class ChatProxy:
         content = json.dumps(
             {**request_body, "model": upstream.model}, ensure_ascii=False
         ).encode("utf-8")
-        client = self._client()
-        outgoing = client.build_request(
-            "POST",
-            upstream.completions_url,
-            content=content,
-            headers=upstream.headers(),
-        )
         try:
-            response = await client.send(outgoing, stream=True)
-        except httpx.HTTPError as error:
+            response = await self._client().post(
+                upstream.completions_url, content, upstream.headers()
+            )
+        except UpstreamError as error:
             return _Failure(model, *self._unreachable(error))
-        status = response.status_code
+        status = response.status
         media_type = response.headers.get("content-type")
+        encoding = response.headers.get("content-encoding")
+        if encoding is not None:  # relayed as it came, undecoded
+            told = {**told, "content-encoding": encoding}
         if stream and status < 400:
             # Closed by the relay when it ends, and by the background task
             # when the client goes first.
@@ -262,21 +257,21 @@ class ChatProxy:
                 status,
                 headers=told,
                 media_type=media_type,
-                background=BackgroundTask(response.aclose),
+                background=BackgroundTask(response.close),
             )
         try:
             if status >= 400:
                 return await self._refused(model, upstream, response, told)
-            answer = await response.aread()
-        except httpx.HTTPError as error:
+            answer = await response.read()
+        except UpstreamError as error:
             return _Failure(model, *self._unreachable(error))
         finally:
-            await response.aclose()
+            await response.close()
         return Response(answer, status, headers=told, media_type=media_type)
 
     async def _refused(self, model, upstream, response, told):
         """Return a _Failure to fall back from, or the answer to an upstream error."""
-        status = response.status_code
+        status = response.status
         error = await _upstream_error(response, upstream)
         detail = error["message"]
         if status in (401, 403):
@@ -307,9 +302,9 @@ class ChatProxy:
 
     def _unreachable(self, error):
         """Return the status and reason of a request that got no answer."""
-        if isinstance(error, httpx.TimeoutException):
+        if error.timed_out:
             return 504, f"timed out after {self.upstreams.timeout:g} s"
-        return 502, f"could not be reached ({type(error).__name__})"
+        return 502, f"could not be reached or broke off ({error.reason})"
 
 
 def _parsed(sent):
@@ -348,9 +343,9 @@ async def _upstream_error(response, upstream):
     """
     found = {"message": None, "type": None, "param": None, "code": None}
     try:
-        raw = await response.aread()
-    except httpx.HTTPError as error:
-        found["message"] = f"its body was cut off ({type(error).__name__})"
+        raw = await response.read()
+    except UpstreamError as error:
+        found["message"] = f"its body was cut off ({error.reason})"
         return found
     text = raw.decode("utf-8", errors="replace")
     try:
@@ -387,16 +382,12 @@ async def _relayed(response, model):
     """Relay a streamed answer's bytes; end with an error event if it breaks."""
     between_events = True
     try:
-        async for chunk in response.aiter_bytes():
+        async for chunk in response.parts():
             if chunk:
                 between_events = chunk.endswith((b"\n\n", b"\r\n\r\n"))
                 yield chunk
-    except httpx.HTTPError as error:
-        reason = (
-            "timed out"
-            if isinstance(error, httpx.TimeoutException)
-            else type(error).__name__
-        )
+    except UpstreamError as error:
+        reason = error.reason
         logger.warning("the upstream of %r stopped mid-answer (%s)", model, reason)
         event = {
             "error": {
@@ -410,4 +401,4 @@ async def _relayed(response, model):
         start = "" if between_events else "\n\n"
         yield f"{start}data: {json.dumps(event)}\n\n".encode()
     finally:
-        await response.aclose()
+        await response.close()
