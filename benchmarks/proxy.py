@@ -5,8 +5,8 @@
 Builds the routers of ``benchmarks/serve.py`` (all-MiniLM-L6-v2 queries, an
 embedder at the default architecture trained for one short epoch), saves the
 100-model one and serves it with ``sklocus serve --upstreams`` in a process of
-its own. Each model's upstream is the stand-in OpenAI-compatible API of the
-tests (``tests/stand_in_upstream.py``), which answers at once. Then, one new
+its own. Each model's upstream is a stand-in OpenAI-compatible API in this
+process, which answers at once. Then, one new
 text at a time, p50 and p99, each through one keep-alive ``http.client``
 connection:
 
@@ -31,10 +31,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import http.client
+import http.server
 import json
 import platform
-import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -46,8 +47,40 @@ from serve import SETTLE_S, Server, Texts, build_router, percentiles
 
 import sklocus
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from stand_in_upstream import StandIn  # noqa: E402
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    """A chat completion at once, saying which model was asked."""
+
+    protocol_version = "HTTP/1.1"
+    wbufsize = -1  # head and body in one write (no wait on Nagle's algorithm)
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        asked = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        message = {"role": "assistant", "content": f"{asked['model']} answers"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        body = json.dumps({"object": "chat.completion", "choices": [choice]})
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+class InstantUpstream:
+    """An OpenAI-compatible API on a loopback port that answers at once."""
+
+    def __init__(self):
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+        self.server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class ChatClient:
@@ -97,7 +130,7 @@ def main():
         names = router.classes_.tolist()
         path = Path(folder) / "router-100.sklocus"
         sklocus.save(router, path)
-        stand_in = StandIn("stand-in")
+        stand_in = InstantUpstream()
         table = "".join(
             f'[models."{name}"]\nbase_url = "{stand_in.base_url}"\n' for name in names
         )

@@ -59,6 +59,8 @@ def first_port(stand_in):
 
 
 def test_a_stream_arrives_in_parts_until_the_upstream_closes(stand_in):
+    stand_in.behaviour = "slow"  # an event each 0.4 s: each read gets one
+
     async def stream():
         client = UpstreamClient(timeout=5)
         answer = await client.post(url_of(stand_in), chat(stream=True), HEADERS)
