@@ -36,14 +36,13 @@ import json
 import platform
 import tempfile
 import threading
-import time
 import urllib.parse
 from pathlib import Path
 
 import torch
 from _sections import write_section
 from provenance import commit as checked_out_commit
-from serve import SETTLE_S, Server, Texts, build_router, percentiles
+from serve import SETTLE_S, Server, Texts, build_router, percentiles, timed
 
 import sklocus
 
@@ -110,13 +109,6 @@ class ChatClient:
         self.connection.close()
 
 
-def timed(call, *arguments):
-    time.sleep(SETTLE_S)
-    start = time.perf_counter()
-    call(*arguments)
-    return time.perf_counter() - start
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="docs/performance.md")
@@ -153,11 +145,14 @@ def main():
         }
         for _ in range(arguments.repeats):
             (text,) = texts.take(1)
-            found["upstream"].append(timed(direct.ask, names[0], text))
-            found["decision"].append(timed(router.rank_models, [text], 2))
-            found["routed"].append(timed(proxied.ask, "auto", text))
-            found["decision, cached"].append(timed(router.rank_models, [text], 2))
-            found["routed, cached"].append(timed(proxied.ask, "auto", text))
+            for name, call, argument in [
+                ("upstream", lambda q: direct.ask(names[0], q), text),
+                ("decision", lambda q: router.rank_models(q, k=2), [text]),
+                ("routed", lambda q: proxied.ask("auto", q), text),
+                ("decision, cached", lambda q: router.rank_models(q, k=2), [text]),
+                ("routed, cached", lambda q: proxied.ask("auto", q), text),
+            ]:
+                found[name].append(timed(call, argument, SETTLE_S))
         chosen, _ = proxied.ask("auto", texts.take(1)[0])
         assert chosen in names, chosen
         direct.close()

@@ -214,8 +214,9 @@ def _check_upstreams(upstreams, router):
         The router's models that have an upstream.
     """
     served = router.classes_.tolist()
+    served_names = set(served)
     known = [name for name in served if name in upstreams]
-    unknown = [name for name in upstreams if name not in set(served)]
+    unknown = [name for name in upstreams if name not in served_names]
     if not known:
         raise UserError(
             f"argument --upstreams: names none of the router's {len(served)} "

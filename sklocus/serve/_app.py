@@ -52,9 +52,6 @@ MAX_NAME_CHARS = 512
 # A group label names a benchmark or subject, as a model name names a model.
 MAX_GROUP_CHARS = MAX_NAME_CHARS
 
-# Bodies larger than this are parsed in a worker thread, not the event loop.
-_PARSE_IN_THREAD_BYTES = 64 * 2**10
-
 
 def _printable(name):
     """Refuse a model name that the library would refuse (a newline, blank...)."""
@@ -307,7 +304,7 @@ class _StrictJSONRequest(Request):
     async def json(self):
         if not hasattr(self, "_json"):
             body = await self.body()
-            if len(body) > _PARSE_IN_THREAD_BYTES:
+            if len(body) > _json.PARSE_IN_THREAD_BYTES:
                 self._json = await anyio.to_thread.run_sync(_json.loads, body)
             else:
                 self._json = _json.loads(body)

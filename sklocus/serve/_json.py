@@ -19,6 +19,8 @@ import re
 # them.
 MAX_INTEGER_DIGITS = 20
 _SHOWN_CHARS = 40
+# Bodies larger than this are parsed on a worker thread, not the event loop.
+PARSE_IN_THREAD_BYTES = 64 * 2**10
 # Only an escape can put a surrogate in a string: raw surrogates are not UTF-8.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 

@@ -58,8 +58,6 @@ _ROUTED_CHARS = 20_000
 _ERROR_CHARS = 300
 # Printable ASCII but the percent sign, which starts an escape.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
-# Bodies larger than this are parsed in a worker thread, not the event loop.
-_PARSE_IN_THREAD_BYTES = 64 * 2**10
 
 
 class _BadRequest(ValueError):
@@ -118,9 +116,14 @@ class ChatProxy:
         if client is not None:
             await client.aclose()
 
-    def routable(self):
-        """Return the served models that have an upstream, in the router's order."""
-        served = self.service.router.classes_.tolist()
+    def routable(self, served=None):
+        """Return the served models that have an upstream, in the router's order.
+
+        ``served`` is the pool's model names, read once by the caller; the
+        service's current pool by default.
+        """
+        if served is None:
+            served = self.service.router.classes_.tolist()
         return [name for name in served if name in self.upstreams]
 
     def models(self):
@@ -147,7 +150,7 @@ class ChatProxy:
         """
         sent = await request.body()
         try:
-            if len(sent) > _PARSE_IN_THREAD_BYTES:
+            if len(sent) > _json.PARSE_IN_THREAD_BYTES:
                 body = await anyio.to_thread.run_sync(_parsed, sent)
             else:
                 body = _parsed(sent)
@@ -201,7 +204,7 @@ class ChatProxy:
     async def _ranked(self, model, text):
         """Return ``[(model, p), ...]``: the models to try, best first."""
         served = self.service.router.classes_.tolist()  # one snapshot
-        routable = [name for name in served if name in self.upstreams]
+        routable = self.routable(served)
         if model != ROUTED and model not in routable:
             shown = ", ".join(repr(name) for name in routable[:5])
             more = f" and {len(routable) - 5} more" if len(routable) > 5 else ""
