@@ -34,7 +34,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         stand_in = self.server.stand_in
         length = int(self.headers.get("content-length", 0))
         body = json.loads(self.rfile.read(length))
-        stand_in.received.append({"headers": dict(self.headers), "body": body})
+        stand_in.received.append(
+            {"headers": dict(self.headers), "body": body, "peer": self.client_address}
+        )
         behaviour = stand_in.behaviour
         if behaviour == "hang":
             stand_in.released.wait(_HANG_S)
@@ -43,8 +45,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             message = stand_in.error_message or f"{stand_in.name} is unwell"
             error = {"message": message, **stand_in.error_fields}
             headers = {"retry-after": "7"} if behaviour == 429 else {}
+            headers.update(stand_in.error_headers)
             return self._json(behaviour, {"error": error}, headers)
         text = f"{stand_in.name} says: {body['messages'][-1]['content']}"
+        if behaviour == "echo":
+            text = f"{stand_in.name} was sent: {self.headers.get('authorization')}"
         if body.get("stream"):
             return self._stream(body["model"], text, stall=behaviour == "stall")
         return self._json(200, _completion(body["model"], text))
@@ -123,14 +128,18 @@ class StandIn:
     behaviour : str or int
         ``"answer"`` (the default), an HTTP status to answer with,
         ``"hang"`` (answer nothing until closed), ``"stall"`` (stream two
-        words, then nothing) or ``"slow"`` (stream a word each 0.4 s).
+        words, then nothing), ``"slow"`` (stream a word each 0.4 s) or
+        ``"echo"`` (answer with the ``Authorization`` header it was sent).
     error_message : str or None
         The message of an error status (the default names the stand-in).
     error_fields : dict
         More fields of an error (``code``, ``param``...); a 429 also says
         ``retry-after: 7``.
+    error_headers : dict
+        Headers of an error answer (over ``retry-after: 7``).
     received : list of dict
-        Each request's ``headers`` and JSON ``body``.
+        Each request's ``headers``, JSON ``body`` and ``peer`` (the client's
+        address and port: one per connection).
     base_url : str
     """
 
@@ -139,6 +148,7 @@ class StandIn:
         self.behaviour = "answer"
         self.error_message = None
         self.error_fields = {}
+        self.error_headers = {}
         self.received = []
         self.released = threading.Event()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

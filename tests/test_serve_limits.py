@@ -335,3 +335,36 @@ def test_the_log_limit_counts_what_it_held_back():
     later = record("uvicorn.access", "%s %s %s %s %d", access)
     assert limit.filter(later)
     assert "1 more like this" in later.getMessage()
+
+
+def test_a_routing_whose_client_left_is_never_computed(served):
+    """F3: work for clients that had left was still done on the router thread."""
+    from sklocus.serve._service import router_thread
+
+    calls = []
+    route = served.service.route
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return route(*args, **kwargs)
+
+    served.service.route = counted
+    busy = threading.Event()
+    held = router_thread.submit(busy.wait, PATIENCE)  # the router thread is taken
+    body = json.dumps({"queries": ["q00001"]}).encode()
+    connection = served.connect()
+    connection.sendall(
+        b"POST /route HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    time.sleep(1.0)  # the request waits for the router thread
+    connection.close()  # and its client leaves
+    time.sleep(1.0)  # the server sees the close
+    busy.set()
+    held.result(PATIENCE)
+    after = served.ask(
+        b"POST /route HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    assert after[0] == 200
+    assert calls == [["q00001"]], "the routing of the client that left was computed"

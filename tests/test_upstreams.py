@@ -41,6 +41,11 @@ def test_upstreams_are_read_from_toml_with_keys_from_the_environment(tmp_path):
         ({"base_url": "http://host/v1", "api_key_env": "UNSET"}, "UNSET (api_key_env)"),
         ({"base_url": "http://host/v1", "model": ""}, "model must be non-empty"),
         ({"base_url": 7}, "base_url must be non-empty text"),
+        ({"base_url": "http://host:99999/v1"}, "port that is not a number"),
+        ({"base_url": "http://host:0/v1"}, "port that is not a number"),
+        ({"base_url": "http://host:8x/v1"}, "port that is not a number"),
+        ({"base_url": "http://ho st/v1"}, "holds a space or a control character"),
+        ({"base_url": "http://host/v 1"}, "holds a space or a control character"),
     ],
 )
 def test_bad_upstreams_are_refused_by_model_and_field(fields, message):
@@ -114,3 +119,26 @@ def test_model_names_are_carried_by_headers_as_percent_encoded_utf8(name, shown)
 
     assert _header_text(name) == shown
     assert urllib.parse.unquote(_header_text(name)) == name
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"deadline": 0}, "deadline=0; expected a number of seconds above 0"),
+        ({"deadline": float("inf")}, "deadline=inf"),
+        ({"timeout": 30, "deadline": 10}, "deadline=10 is below timeout=30"),
+        ({"max_answer_bytes": 0}, "max_answer_bytes=0; expected an integer above 0"),
+        ({"max_answer_bytes": 1.5}, "max_answer_bytes=1.5"),
+        ({"max_answer_bytes": True}, "max_answer_bytes=True"),
+    ],
+)
+def test_bad_deadlines_and_caps_are_refused_by_name(settings, message):
+    with pytest.raises(ValueError, match=message):
+        Upstreams({"m": {"base_url": "http://host/v1"}}, **settings)
+
+
+def test_a_whole_call_has_a_deadline_and_an_answer_a_cap_by_default():
+    upstreams = Upstreams({"m": {"base_url": "http://host/v1"}})
+    assert (upstreams.timeout, upstreams.deadline) == (60.0, 600.0)
+    assert upstreams.max_answer_bytes == 16 * 2**20
+    assert "deadline=600" in repr(upstreams)

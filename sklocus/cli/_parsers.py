@@ -641,6 +641,20 @@ def _add_serve_command(commands):
         help="with --upstreams: seconds an upstream has to connect, and then "
         "for each part of its answer (default: 60)",
     )
+    proxy.add_argument(
+        "--upstream-deadline",
+        type=positive_number,
+        metavar="SECONDS",
+        help="with --upstreams: seconds a whole call to an upstream may take, "
+        "its answer streamed to the end included (default: 600)",
+    )
+    proxy.add_argument(
+        "--max-answer-mb",
+        type=positive_number,
+        metavar="MB",
+        help="with --upstreams: largest answer in MiB read from an upstream, a "
+        "stream in all; past it the answer is cut off (default: 16)",
+    )
     learning = serve.add_argument_group("learning from outcomes")
     learning.add_argument(
         "--feedback-journal",

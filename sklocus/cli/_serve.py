@@ -182,7 +182,12 @@ def _limits(arguments):
 def _upstreams(arguments):
     """Return the chat proxy's upstreams from --upstreams, or None."""
     if arguments.upstreams is None:
-        for option in ("fallbacks", "upstream_timeout"):
+        for option in (
+            "fallbacks",
+            "upstream_timeout",
+            "upstream_deadline",
+            "max_answer_mb",
+        ):
             if getattr(arguments, option) is not None:
                 flag = "--" + option.replace("_", "-")
                 raise UserError(f"argument {flag}: goes with --upstreams")
@@ -194,6 +199,10 @@ def _upstreams(arguments):
         settings["fallbacks"] = arguments.fallbacks
     if arguments.upstream_timeout is not None:
         settings["timeout"] = arguments.upstream_timeout
+    if arguments.upstream_deadline is not None:
+        settings["deadline"] = arguments.upstream_deadline
+    if arguments.max_answer_mb is not None:
+        settings["max_answer_bytes"] = max(1, int(arguments.max_answer_mb * 2**20))
     try:
         return Upstreams.read(arguments.upstreams, **settings)
     except ValueError as error:

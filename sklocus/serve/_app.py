@@ -35,11 +35,14 @@ from pydantic import (
     StringConstraints,
     ValidationError,
 )
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.routing import Match
 
 from sklocus._validation import has_control_character
 from sklocus._versioning import __version__
 from sklocus.serve import _json
+from sklocus.serve._departure import CLIENT_GONE, not_charged, while_connected
 from sklocus.serve._gate import UNAUTHORISED, RequestGate, refusal, token_matches
 from sklocus.serve._limits import ServerLimits
 from sklocus.serve._request import check_item_count
@@ -568,6 +571,13 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
 
     app.exception_handler(RequestValidationError)(_validation_error)
 
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, error: ClientDisconnect):
+        # The client left while sending its body: nothing to answer, and
+        # nothing for the log to explain.
+        not_charged(request.scope)
+        return Response(status_code=CLIENT_GONE)
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception):
         # The traceback goes to the server's log (uvicorn logs the exception,
@@ -580,25 +590,32 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
         )
 
     @app.post("/route", response_model=RouteResponse)
-    async def route(body: RouteRequest):
+    async def route(body: RouteRequest, request: Request):
         """Route each query to its best model, listing the top ``k``."""
-        routes = await router_thread.wait(
-            service.route,
-            body.queries,
-            exclude=body.exclude,
-            cost_weight=body.cost_weight,
-            min_probability=body.min_probability,
-            budget=body.budget,
-            k=body.k,
-            query_groups=body.query_groups,
+        # A client gone before its turn on the router thread costs nothing.
+        routes = await while_connected(
+            request,
+            router_thread.wait(
+                service.route,
+                body.queries,
+                exclude=body.exclude,
+                cost_weight=body.cost_weight,
+                min_probability=body.min_probability,
+                budget=body.budget,
+                k=body.k,
+                query_groups=body.query_groups,
+            ),
         )
-        return {"routes": routes}
+        return routes if isinstance(routes, Response) else {"routes": routes}
 
     @app.post("/predict", response_model=PredictResponse)
-    async def predict(body: PredictRequest):
+    async def predict(body: PredictRequest, request: Request):
         """Probability that each model answers each query correctly."""
-        return await router_thread.wait(
-            service.predict, body.queries, body.models, body.query_groups
+        return await while_connected(
+            request,
+            router_thread.wait(
+                service.predict, body.queries, body.models, body.query_groups
+            ),
         )
 
     @app.get("/models", response_model=ModelList)

@@ -11,7 +11,8 @@ For each request it
   arrives;
 - tells the request's connection (:mod:`sklocus.serve._guard`) when the
   request starts, when its body is in and when its answer is sent, so that
-  deadlines and the client's rate follow it.
+  deadlines and the client's rate follow it; only a 4xx of the client's own
+  making is charged to its rate as a refusal.
 
 A refusal made before the body is read closes the connection: the unread body
 would otherwise be taken for the next request.
@@ -23,6 +24,7 @@ import hmac
 
 from fastapi.responses import JSONResponse
 
+from sklocus.serve._departure import NOT_CHARGED
 from sklocus.serve._guard import current_connection
 
 UNAUTHORISED = (
@@ -130,7 +132,7 @@ class RequestGate:
         has_body = b"transfer-encoding" in headers or declared not in (None, b"0")
         if connection is not None:
             connection.request_started(has_body)
-            send = _told_when_sent(connection, send)
+            send = _told_when_sent(connection, send, scope)
         guarded = self.guarded(scope)
         if guarded and self.token is not None:
             if not token_matches(headers.get(b"authorization"), self.token):
@@ -182,8 +184,14 @@ def _too_large(limit, scope):
     )
 
 
-def _told_when_sent(connection, send):
-    """Wrap ``send`` to tell ``connection`` when the answer starts and ends."""
+def _told_when_sent(connection, send, scope):
+    """Wrap ``send`` to tell ``connection`` when the answer starts and ends.
+
+    An answer is charged to the client's rate as a refusal when it is a 4xx
+    of the client's making: not one that passes on an upstream's (a 429 from
+    a busy upstream), which the application marks (``not_charged``), nor a
+    5xx, the server's or an upstream's fault.
+    """
     status = 500
 
     async def told(message):
@@ -196,7 +204,8 @@ def _told_when_sent(connection, send):
         connection.answer_sending()
         await send(message)
         if message["type"] == "http.response.body" and not message.get("more_body"):
-            connection.answer_sent(status)
+            charged = 400 <= status < 500 and not scope.get(NOT_CHARGED)
+            connection.answer_sent(charged)
         else:
             connection.answer_waiting()
 

@@ -230,9 +230,13 @@ class GuardedConnection(asyncio.Protocol):
         """
         self._expect(None)
 
-    def answer_sent(self, status):
-        """Count an answer out: the next request's head is due now."""
-        if status >= 400:
+    def answer_sent(self, refused):
+        """Count an answer out: the next request's head is due now.
+
+        ``refused``: the answer refused the client's request (a 4xx of its
+        making), charged as ``refusal_cost`` requests.
+        """
+        if refused:
             self.guard.budgets.charge(self.client, self.guard.limits.refusal_cost)
         if self.admitted:
             self.guard.idle(self)

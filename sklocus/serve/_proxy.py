@@ -37,6 +37,7 @@ from starlette.responses import Response, StreamingResponse
 
 from sklocus.serve import _json
 from sklocus.serve._chat import last_user_text
+from sklocus.serve._departure import not_charged, while_connected
 from sklocus.serve._gate import openai_error
 from sklocus.serve._service import RequestError, router_thread
 from sklocus.serve._upstream_client import UpstreamClient, UpstreamError
@@ -56,6 +57,11 @@ _ANSWERED_AS = {401: 502, 403: 502, 404: 502, 408: 504}
 # truncate it further still. What is forwarded is the whole request.
 _ROUTED_CHARS = 20_000
 _ERROR_CHARS = 300
+# What of an upstream's error body is read: enough for OpenAI's error object;
+# the rest is never read (an upstream may send an endless one).
+_ERROR_BYTES = 4096
+# Longest content-type passed on from an upstream.
+_MEDIA_TYPE_CHARS = 200
 # Printable ASCII but the percent sign, which starts an escape.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
 
@@ -103,7 +109,7 @@ class ChatProxy:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = UpstreamClient(self.upstreams.timeout)
+            client = UpstreamClient(self.upstreams.timeout, self.upstreams.deadline)
             self._clients[loop] = client
         return client
 
@@ -140,6 +146,10 @@ class ChatProxy:
     async def complete(self, request):
         """Answer ``POST /v1/chat/completions``: route, forward, relay.
 
+        Nothing more is done for a client that leaves before its answer
+        starts: its routing, if still queued, is not computed, and its
+        upstream call is cancelled (its connection closed).
+
         Parameters
         ----------
         request : starlette.requests.Request
@@ -149,8 +159,12 @@ class ChatProxy:
         starlette.responses.Response
         """
         sent = await request.body()
+        return await while_connected(request, self._answer(sent, request.scope))
+
+    async def _answer(self, sent, scope):
+        large = len(sent) > _json.PARSE_IN_THREAD_BYTES
         try:
-            if len(sent) > _json.PARSE_IN_THREAD_BYTES:
+            if large:
                 body = await anyio.to_thread.run_sync(_parsed, sent)
             else:
                 body = _parsed(sent)
@@ -179,8 +193,12 @@ class ChatProxy:
                 "x-sklocus-p-correct": f"{p:.6f}",
                 "x-sklocus-fallbacks": str(position),
             }
-            answer = await self._forward(model, request_body, body["stream"], told)
+            answer = await self._forward(
+                model, request_body, body["stream"], told, large
+            )
             if not isinstance(answer, _Failure):
+                if answer.status_code >= 400:  # the upstream's, passed on
+                    not_charged(scope)
                 return answer
             failures.append(answer)
             left = ranked[position + 1 :]
@@ -192,6 +210,8 @@ class ChatProxy:
             )
         tried = "; ".join(str(failure) for failure in failures)
         last = failures[-1]
+        # Upstreams failing are not the client's doing: not charged to its rate.
+        not_charged(scope)
         return openai_error(
             last.status,
             f"no upstream answered: {tried}",
@@ -232,15 +252,18 @@ class ChatProxy:
         )
         return [(choice["model"], choice["p"]) for choice in routes[0]["top"]]
 
-    async def _forward(self, model, request_body, stream, told):
+    async def _forward(self, model, request_body, stream, told, large):
         """Send the request to ``model``'s upstream: its answer, or a _Failure.
 
-        ``told`` are the headers that say which model answers.
+        ``told`` are the headers that say which model answers; ``large``
+        says the request is large enough to encode off the event loop.
         """
         upstream = self.upstreams[model]
-        content = json.dumps(
-            {**request_body, "model": upstream.model}, ensure_ascii=False
-        ).encode("utf-8")
+        forwarded = {**request_body, "model": upstream.model}
+        if large:
+            content = await anyio.to_thread.run_sync(_encoded, forwarded)
+        else:
+            content = _encoded(forwarded)
         try:
             response = await self._client().post(
                 upstream.completions_url, content, upstream.headers()
@@ -248,15 +271,13 @@ class ChatProxy:
         except UpstreamError as error:
             return _Failure(model, *self._unreachable(error))
         status = response.status
-        media_type = response.headers.get("content-type")
-        encoding = response.headers.get("content-encoding")
-        if encoding is not None:  # relayed as it came, undecoded
-            told = {**told, "content-encoding": encoding}
+        media_type = _relayed_media_type(response, upstream)
+        limit = self.upstreams.max_answer_bytes
         if stream and status < 400:
             # Closed by the relay when it ends, and by the background task
             # when the client goes first.
             return StreamingResponse(
-                _relayed(response, model),
+                _relayed(response, model, upstream, limit),
                 status,
                 headers=told,
                 media_type=media_type,
@@ -265,11 +286,25 @@ class ChatProxy:
         try:
             if status >= 400:
                 return await self._refused(model, upstream, response, told)
-            answer = await response.read()
+            answer = await response.read(limit)
         except UpstreamError as error:
+            if error.too_large:
+                # Not fallen back from: the upstream did answer (and may have
+                # billed it); another model would bill again.
+                return openai_error(
+                    502,
+                    f"the upstream of {model!r} answered more than {limit:,} bytes "
+                    "(the upstreams' max_answer_bytes); its answer was dropped",
+                    kind="upstream_error",
+                    headers=told,
+                )
             return _Failure(model, *self._unreachable(error))
         finally:
             await response.close()
+        if len(answer) > _json.PARSE_IN_THREAD_BYTES:
+            answer = await anyio.to_thread.run_sync(upstream.scrubbed_bytes, answer)
+        else:
+            answer = upstream.scrubbed_bytes(answer)
         return Response(answer, status, headers=told, media_type=media_type)
 
     async def _refused(self, model, upstream, response, told):
@@ -290,7 +325,7 @@ class ChatProxy:
                 model,
                 _ANSWERED_AS.get(status, status),
                 f"answered {status}: {detail}",
-                response.headers.get("retry-after"),
+                _retry_after(response, upstream),
             )
         # The request's own fault: what OpenAI's clients act on (its code,
         # the field) is kept.
@@ -346,7 +381,7 @@ async def _upstream_error(response, upstream):
     """
     found = {"message": None, "type": None, "param": None, "code": None}
     try:
-        raw = await response.read()
+        raw = await response.first_bytes(_ERROR_BYTES)
     except UpstreamError as error:
         found["message"] = f"its body was cut off ({error.reason})"
         return found
@@ -381,14 +416,58 @@ def _header_text(name):
     return urllib.parse.quote(name, safe=_HEADER_SAFE)
 
 
-async def _relayed(response, model):
-    """Relay a streamed answer's bytes; end with an error event if it breaks."""
+def _encoded(request_body):
+    """Return the request as forwarded: JSON in UTF-8."""
+    return json.dumps(request_body, ensure_ascii=False).encode("utf-8")
+
+
+def _relayed_media_type(response, upstream):
+    """Return the upstream's content-type, if short, printable and keyless."""
+    media_type = response.headers.get("content-type")
+    if (
+        media_type is None
+        or len(media_type) > _MEDIA_TYPE_CHARS
+        or not media_type.isprintable()
+        or upstream.scrubbed(media_type) != media_type
+    ):
+        return None
+    return media_type
+
+
+def _retry_after(response, upstream):
+    """Return the upstream's ``retry-after`` if it is seconds or a date, keyless."""
+    value = response.headers.get("retry-after")
+    if (
+        value is None
+        or len(value) > 40
+        or not value.isascii()
+        or not value.replace(" ", "").replace(",", "").replace(":", "").isalnum()
+        or upstream.scrubbed(value) != value
+    ):
+        return None
+    return value
+
+
+async def _relayed(response, model, upstream, limit):
+    """Relay a streamed answer's bytes; end with an error event if it breaks.
+
+    Each part is scrubbed of the upstream's key before it goes out, and the
+    stream is cut after ``limit`` bytes.
+    """
+    scrubber = upstream.stream_scrubber()
     between_events = True
     try:
-        async for chunk in response.parts():
-            if chunk:
-                between_events = chunk.endswith((b"\n\n", b"\r\n\r\n"))
-                yield chunk
+        try:
+            async for chunk in response.parts(limit):
+                if scrubber is not None:
+                    chunk = scrubber.feed(chunk)
+                if chunk:
+                    between_events = chunk.endswith((b"\n\n", b"\r\n\r\n"))
+                    yield chunk
+        finally:
+            held = b"" if scrubber is None else scrubber.end()
+        if held:
+            yield held
     except UpstreamError as error:
         reason = error.reason
         logger.warning("the upstream of %r stopped mid-answer (%s)", model, reason)
@@ -400,7 +479,11 @@ async def _relayed(response, model):
                 "code": None,
             }
         }
-        # An event cut off midway is ended first, so the error reads as one.
+        # An event cut off midway (or the bytes held back to scrub) is ended
+        # first, so the error reads as one.
+        if held:
+            between_events = False
+            yield held
         start = "" if between_events else "\n\n"
         yield f"{start}data: {json.dumps(event)}\n\n".encode()
     finally:

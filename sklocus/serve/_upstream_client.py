@@ -1,21 +1,26 @@
-"""The chat proxy's HTTP/1.1 client: keep-alive connections to upstreams, on h11.
+"""The chat proxy's client for upstreams, on aiohttp's connection pool.
 
-The proxy's hop to an upstream is on the path of every chat request. httpx took
-about 2 ms a request to a local upstream, where a plain socket takes 0.5 ms
-(its client layers, cookies and redirects, and anyio's streams around
-asyncio's); this client does only what the proxy needs, on asyncio's streams
-and h11 (which uvicorn depends on): post a body, read the status and headers,
-then the body whole or part by part. A timeout bounds connecting and each read
-(a silence), and every failure is an :class:`UpstreamError` that names its kind
-and never the URL.
+An upstream bills per call, so what this client guarantees is about money and
+memory rather than speed (aiohttp's client is as fast here as a hand-built one
+was: about 0.3-0.5 ms a request to a local upstream):
 
-Connections are kept per upstream (scheme, host and port) and reused while the
-upstream keeps them open; a request that finds its reused connection closed
-under it (the upstream's keep-alive ran out) is sent once more on a new one.
-HTTPS verifies the upstream's certificate against certifi's authorities when
-certifi is installed (as httpx does), else the system's, or the file that
-``SSL_CERT_FILE`` names. Proxies from the environment (``HTTPS_PROXY``) are not
-used.
+- **A request is sent once.** A POST is never sent again by the client, on a
+  new connection or a kept one: once any byte of it may have reached the
+  upstream, a second send could be a second billed completion (aiohttp retries
+  only idempotent methods). A kept connection the upstream closed while idle
+  is seen as closed before it is reused; one closed in the instant between is
+  a failure the proxy may fall back from, to another model.
+- **Every read has a cap and two deadlines.** A body is read part by part, and
+  no more than the caller's cap; ``timeout`` bounds each silence (connecting,
+  and waiting for the next bytes) and ``deadline`` the whole call, head and
+  body, so an upstream that trickles or sends ``100 Continue`` forever is cut.
+- **Failures name their kind, never the URL** (an :class:`UpstreamError`).
+
+A body sent compressed despite ``accept-encoding: identity`` is decoded (and
+its cap counts decoded bytes). HTTPS verifies the upstream's certificate
+against certifi's authorities when certifi is installed, else the system's, or
+the file that ``SSL_CERT_FILE`` names. Proxies from the environment
+(``HTTPS_PROXY``) are not used.
 """
 
 from __future__ import annotations
@@ -23,121 +28,162 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-import urllib.parse
 
-import h11
+import aiohttp
 
 from sklocus._versioning import __version__
 
 _READ_BYTES = 2**16
-# Idle connections kept per upstream; more are closed when released.
-_MAX_IDLE = 64
+# Seconds an idle kept connection waits for its next request before the client
+# closes it: below the keep-alive of common servers (uvicorn's 5 s, nginx's
+# 75 s), so that a connection is rarely reused just as its upstream closes it.
+_KEEP_IDLE_S = 4.0
 
 
 class UpstreamError(Exception):
-    """An upstream gave no (complete) answer.
+    """An upstream gave no (complete, or acceptable) answer.
 
     Parameters
     ----------
     reason : str
-        What happened, without the URL: ``"timed out"``, or the error's type.
+        What happened, without the URL: ``"timed out"``, the error's type, or
+        that the body passed its cap.
     timed_out : bool
-        Whether the upstream was silent for longer than the timeout.
+        Whether a silence or the whole call outran its time.
+    too_large : bool
+        Whether the body passed the cap it was read with.
     """
 
-    def __init__(self, reason, *, timed_out=False):
+    def __init__(self, reason, *, timed_out=False, too_large=False):
         super().__init__(reason)
         self.reason = reason
         self.timed_out = timed_out
-
-
-class _Connection:
-    def __init__(self, reader, writer):
-        self.reader = reader
-        self.writer = writer
-        self.protocol = h11.Connection(h11.CLIENT)
-
-    def idle_and_open(self):
-        return self.protocol.our_state is h11.IDLE and not self.reader.at_eof()
-
-    def close(self):
-        self.writer.transport.abort()
+        self.too_large = too_large
 
 
 class UpstreamResponse:
     """An upstream's answer: its status and headers, its body still to read.
 
-    Read the body with :meth:`read` or :meth:`parts`, or drop it with
-    :meth:`close`; either way the connection goes back to the pool when the
-    body was read to its end, and is closed otherwise.
+    Read the body with :meth:`read` or :meth:`parts`, each with a cap, or its
+    start with :meth:`first_bytes`, or drop it with :meth:`close`. A body read
+    to its end gives its connection back to the pool; one dropped before
+    closes it, so that nothing more is read.
     """
 
-    def __init__(self, client, key, connection, head):
-        self._client = client
-        self._key = key
-        self._connection = connection
-        self.status = head.status_code
+    def __init__(self, response):
+        self._response = response
+        self.status = response.status
         headers = {}
-        for name, value in head.headers:
-            name = name.decode("latin-1")
-            value = value.decode("latin-1")
+        for name, value in response.headers.items():
+            name = name.lower()
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         self.headers = headers
 
-    async def parts(self):
-        """Yield the body's bytes as they arrive.
+    async def parts(self, max_bytes):
+        """Yield the body's bytes as they arrive, at most ``max_bytes`` in all.
 
         Raises
         ------
         UpstreamError
-            When the upstream goes silent or closes before the body's end.
+            When the upstream goes silent, closes before the body's end, the
+            call outruns its deadline, or the body passes ``max_bytes`` (its
+            first ``max_bytes`` have been yielded).
         """
-        connection = self._connection
-        if connection is None:
-            return
+        response = self._response
+        seen = 0
         try:
             while True:
-                event = await self._client._next_event(connection)
-                if isinstance(event, h11.Data):
-                    yield bytes(event.data)
-                elif isinstance(event, h11.EndOfMessage):
+                part = await _failing_as_upstream(response.content.readany())
+                if not part:
                     break
-                else:  # the connection closed mid-body
-                    raise UpstreamError("RemoteProtocolError")
-        except BaseException:
+                seen += len(part)
+                if seen > max_bytes:
+                    yield part[: len(part) - (seen - max_bytes)]
+                    raise UpstreamError(
+                        f"its answer passed {max_bytes:,} bytes", too_large=True
+                    )
+                yield part
+        finally:
             await self.close()
-            raise
-        self._connection = None
-        self._client._release(self._key, connection)
 
-    async def read(self):
-        """Return the whole body (see :meth:`parts`)."""
-        return b"".join([part async for part in self.parts()])
+    async def read(self, max_bytes):
+        """Return the whole body, at most ``max_bytes`` (see :meth:`parts`)."""
+        return b"".join([part async for part in self.parts(max_bytes)])
+
+    async def first_bytes(self, max_bytes):
+        """Return the body's first ``max_bytes`` (or all of a shorter one).
+
+        The rest is never read: the connection is closed unless the body ended.
+        """
+        content = self._response.content
+        pieces, seen = [], 0
+        try:
+            while seen < max_bytes:
+                part = await _failing_as_upstream(content.read(max_bytes - seen))
+                if not part:
+                    break
+                pieces.append(part)
+                seen += len(part)
+        finally:
+            await self.close()
+        return b"".join(pieces)
 
     async def close(self):
-        """Drop what is left of the body, closing the connection if any is."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        """Be done with the answer, its body read or not.
+
+        Its connection goes back to the pool when the body was read to its
+        end, and is closed otherwise, the rest unread.
+        """
+        response = self._response
+        if response.content.at_eof():
+            response.release()
+        else:
+            response.close()
 
 
 class UpstreamClient:
-    """Post requests to upstreams over kept-alive HTTP/1.1 connections.
+    """Post requests to upstreams over a pool of kept-alive connections.
+
+    Make and use it inside one event loop (its connections belong to it).
 
     Parameters
     ----------
     timeout : float
-        Seconds to wait for a connection, for a request to be written, and
-        then for each read of the answer.
+        Seconds to wait for a connection, and then for each read.
+    deadline : float
+        Seconds the whole call may take, from connecting to the body's end.
     """
 
-    def __init__(self, timeout):
+    def __init__(self, timeout, deadline):
         self.timeout = timeout
-        self._idle = {}  # (scheme, host, port) -> [_Connection]
-        self._tls = None
+        self.deadline = deadline
+        self._session = None
+
+    def _open_session(self):
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=0,  # the server's own connection limit bounds these
+                keepalive_timeout=_KEEP_IDLE_S,
+                ssl=_tls_context(),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(
+                    total=self.deadline,
+                    sock_connect=self.timeout,
+                    sock_read=self.timeout,
+                ),
+                headers={"user-agent": f"sklocus/{__version__}"},
+                skip_auto_headers=("content-type",),
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=True,
+                raise_for_status=False,
+            )
+        return self._session
 
     async def post(self, url, body, headers):
-        """Post ``body`` to ``url``; return the answer once its head is in.
+        """Post ``body`` to ``url``, once; return the answer once its head is in.
 
         Parameters
         ----------
@@ -145,7 +191,6 @@ class UpstreamClient:
             An http:// or https:// URL.
         body : bytes
         headers : dict of str to str
-            Besides ``host``, ``content-length`` and ``user-agent``.
 
         Returns
         -------
@@ -155,104 +200,46 @@ class UpstreamClient:
         ------
         UpstreamError
         """
-        parts = urllib.parse.urlsplit(url)
-        https = parts.scheme == "https"
-        port = parts.port or (443 if https else 80)
-        key = (parts.scheme, parts.hostname, port)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        request = h11.Request(
-            method="POST",
-            target=target,
-            headers=[
-                ("host", parts.netloc),
-                ("user-agent", f"sklocus/{__version__}"),
-                ("content-length", str(len(body))),
-                *headers.items(),
-            ],
+        session = self._open_session()
+        response = await _failing_as_upstream(
+            session.post(url, data=body, headers=headers, allow_redirects=False)
         )
-        while True:
-            connection, reused = await self._checkout(key)
-            try:
-                data = connection.protocol.send(request)
-                data += connection.protocol.send(h11.Data(data=body))
-                data += connection.protocol.send(h11.EndOfMessage())
-                connection.writer.write(data)
-                await self._in_time(connection.writer.drain())
-                head = await self._next_event(connection)
-                while isinstance(head, h11.InformationalResponse):
-                    head = await self._next_event(connection)
-                if not isinstance(head, h11.Response):
-                    raise UpstreamError("RemoteProtocolError")
-            except BaseException as error:
-                connection.close()
-                if reused and isinstance(error, UpstreamError) and not error.timed_out:
-                    continue  # a kept connection the upstream had closed
-                raise
-            return UpstreamResponse(self, key, connection, head)
+        return UpstreamResponse(response)
 
     async def aclose(self):
-        """Close every idle connection."""
-        for connections in self._idle.values():
-            for connection in connections:
-                connection.close()
-        self._idle.clear()
+        """Close every connection of the pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
-    async def _checkout(self, key):
-        """Return an open idle connection to ``key``, or a new one, and which."""
-        idle = self._idle.get(key, [])
-        while idle:
-            connection = idle.pop()
-            if connection.idle_and_open():
-                return connection, True
-            connection.close()
-        scheme, host, port = key
-        tls = self._tls_context() if scheme == "https" else None
-        opening = asyncio.open_connection(
-            host, port, ssl=tls, server_hostname=host if tls else None
-        )
-        reader, writer = await self._in_time(opening)
-        return _Connection(reader, writer), False
 
-    def _release(self, key, connection):
-        protocol = connection.protocol
-        if protocol.our_state is h11.DONE and protocol.their_state is h11.DONE:
-            protocol.start_next_cycle()
-            idle = self._idle.setdefault(key, [])
-            if len(idle) < _MAX_IDLE:
-                idle.append(connection)
-                return
-        connection.close()
+async def _failing_as_upstream(awaitable):
+    """Await; a network error or an outrun timeout is an UpstreamError."""
+    try:
+        return await awaitable
+    except asyncio.TimeoutError:  # a silence, or the whole call's deadline
+        raise UpstreamError("timed out", timed_out=True) from None
+    except aiohttp.ClientConnectorError as error:
+        cause = error.os_error
+        raise UpstreamError(type(cause).__name__) from None
+    except (aiohttp.ClientError, OSError, ValueError) as error:
+        raise UpstreamError(type(error).__name__) from None
 
-    async def _next_event(self, connection):
-        protocol = connection.protocol
-        while True:
+
+_tls = None
+
+
+def _tls_context():
+    """Return the TLS context that checks upstreams' certificates (one, shared)."""
+    global _tls
+    if _tls is None:
+        cafile = None
+        if "SSL_CERT_FILE" not in os.environ:
             try:
-                event = protocol.next_event()
-            except h11.RemoteProtocolError:
-                raise UpstreamError("RemoteProtocolError") from None
-            if event is not h11.NEED_DATA:
-                return event
-            data = await self._in_time(connection.reader.read(_READ_BYTES))
-            protocol.receive_data(data)  # b"": the upstream closed
+                import certifi
 
-    async def _in_time(self, awaitable):
-        """Await within the timeout; an error or a silence is an UpstreamError."""
-        try:
-            return await asyncio.wait_for(awaitable, self.timeout)
-        except asyncio.TimeoutError:
-            raise UpstreamError("timed out", timed_out=True) from None
-        except (OSError, EOFError, ssl.SSLError) as error:
-            raise UpstreamError(type(error).__name__) from None
-
-    def _tls_context(self):
-        if self._tls is None:
-            cafile = None
-            if "SSL_CERT_FILE" not in os.environ:
-                try:
-                    import certifi
-
-                    cafile = certifi.where()
-                except ImportError:
-                    pass
-            self._tls = ssl.create_default_context(cafile=cafile)
-        return self._tls
+                cafile = certifi.where()
+            except ImportError:
+                pass
+        _tls = ssl.create_default_context(cafile=cafile)
+    return _tls

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sklocus._validation import has_control_character
+from sklocus.serve._scrub import KeyScrubber
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,6 +34,7 @@ else:  # pragma: no cover - the serve extra installs tomli on 3.10
     import tomli as tomllib
 
 _FIELDS = ("base_url", "model", "api_key_env")
+DEFAULT_MAX_ANSWER_BYTES = 16 * 2**20
 
 
 class Upstream:
@@ -54,13 +56,14 @@ class Upstream:
         kept out of the ``repr``, comparisons and pickles.
     """
 
-    __slots__ = ("base_url", "model", "api_key_env", "_api_key")
+    __slots__ = ("base_url", "model", "api_key_env", "_api_key", "_scrubber")
 
     def __init__(self, base_url, model, api_key_env=None, *, api_key=None):
         self.base_url = base_url
         self.model = model
         self.api_key_env = api_key_env
         self._api_key = api_key
+        self._scrubber = KeyScrubber(api_key) if api_key else None
 
     def __repr__(self):
         return (
@@ -81,10 +84,23 @@ class Upstream:
         return headers
 
     def scrubbed(self, text):
-        """Return ``text`` (an upstream's error) with this upstream's key cut out."""
-        if self._api_key:
-            text = text.replace(self._api_key, "[key]")
-        return text
+        """Return ``text`` (from the upstream) with fragments of its key cut out.
+
+        Every run of 8 or more of the key's characters, in any case
+        (:mod:`sklocus.serve._scrub`), is replaced by ``[key]``.
+        """
+        return text if self._scrubber is None else self._scrubber.text(text)
+
+    def scrubbed_bytes(self, data):
+        """Return ``data`` (an answer's body) with fragments of the key cut out."""
+        return data if self._scrubber is None else self._scrubber.bytes(data)
+
+    def stream_scrubber(self):
+        """Return a scrubber of a body read in parts (``feed``, then ``end``), or None.
+
+        None for an upstream without a key.
+        """
+        return None if self._scrubber is None else self._scrubber.stream()
 
     def __reduce__(self):
         raise TypeError(
@@ -111,6 +127,14 @@ class Upstreams(Mapping):
     timeout : float, default=60
         Seconds to wait for an upstream to connect, and then for each part of
         its answer.
+    deadline : float, default=600
+        Seconds a whole call to an upstream may take, from connecting to the
+        answer's last byte, streamed or not: an upstream that trickles its
+        answer a byte at a time is cut off then. At least ``timeout``.
+    max_answer_bytes : int, default=16 MiB
+        Largest answer read from an upstream (a JSON body, or a stream in all);
+        a larger one is cut off there and reported as the upstream's failure.
+        An error's body is read up to 4 KiB, whatever this says.
     environ : mapping, default=None
         Where keys are read (``os.environ`` by default).
     source : str, default="upstreams"
@@ -125,40 +149,67 @@ class Upstreams(Mapping):
     """
 
     def __init__(
-        self, models, *, fallbacks=1, timeout=60.0, environ=None, source="upstreams"
+        self,
+        models,
+        *,
+        fallbacks=1,
+        timeout=60.0,
+        deadline=600.0,
+        max_answer_bytes=DEFAULT_MAX_ANSWER_BYTES,
+        environ=None,
+        source="upstreams",
     ):
         environ = os.environ if environ is None else environ
         if isinstance(fallbacks, bool) or not isinstance(fallbacks, numbers.Integral):
             raise TypeError(f"fallbacks={fallbacks!r}; expected an integer")
         if fallbacks < 0:
             raise ValueError(f"fallbacks={fallbacks}; expected at least 0")
+        for name, seconds in (("timeout", timeout), ("deadline", deadline)):
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, numbers.Real)
+                or not math.isfinite(seconds)
+                or seconds <= 0
+            ):
+                raise ValueError(
+                    f"{name}={seconds!r}; expected a number of seconds above 0"
+                )
+        if deadline < timeout:
+            raise ValueError(
+                f"deadline={deadline!r} is below timeout={timeout!r}; the whole "
+                "call's deadline must leave room for one silence"
+            )
         if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, numbers.Real)
-            or not math.isfinite(timeout)
-            or timeout <= 0
+            isinstance(max_answer_bytes, bool)
+            or not isinstance(max_answer_bytes, numbers.Integral)
+            or max_answer_bytes < 1
         ):
             raise ValueError(
-                f"timeout={timeout!r}; expected a number of seconds above 0"
+                f"max_answer_bytes={max_answer_bytes!r}; expected an integer above 0"
             )
         if not isinstance(models, Mapping) or not models:
             raise ValueError(f"{source}: no models; give a table per model")
         self.fallbacks = int(fallbacks)
         self.timeout = float(timeout)
+        self.deadline = float(deadline)
+        self.max_answer_bytes = int(max_answer_bytes)
         self._upstreams = {
             name: _upstream(name, fields, environ, source)
             for name, fields in models.items()
         }
 
     @classmethod
-    def read(cls, path, *, fallbacks=1, timeout=60.0, environ=None):
+    def read(cls, path, *, environ=None, **settings):
         """Read the upstreams from a TOML file (see the module's description).
 
         Parameters
         ----------
         path : str or path-like
-        fallbacks, timeout, environ
-            As the class takes them.
+        environ : mapping, default=None
+            As the class takes it.
+        **settings
+            ``fallbacks``, ``timeout``, ``deadline`` and ``max_answer_bytes``,
+            as the class takes them.
 
         Returns
         -------
@@ -178,11 +229,7 @@ class Upstreams(Mapping):
                 "tables only"
             )
         return cls(
-            table.get("models", {}),
-            fallbacks=fallbacks,
-            timeout=timeout,
-            environ=environ,
-            source=str(path),
+            table.get("models", {}), environ=environ, source=str(path), **settings
         )
 
     def __getitem__(self, name):
@@ -197,7 +244,7 @@ class Upstreams(Mapping):
     def __repr__(self):
         return (
             f"Upstreams({len(self)} models, fallbacks={self.fallbacks}, "
-            f"timeout={self.timeout:g})"
+            f"timeout={self.timeout:g}, deadline={self.deadline:g})"
         )
 
     def __reduce__(self):
@@ -260,6 +307,16 @@ def _checked_url(url, where):
         raise ValueError(
             f"{where}: base_url is not an http:// or https:// URL with a host"
         )
+    try:
+        port = parts.port
+    except ValueError:  # out of range, or not a number
+        port = -1
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(
+            f"{where}: base_url has a port that is not a number from 1 to 65535"
+        )
+    if any(character.isspace() for character in url) or has_control_character(url):
+        raise ValueError(f"{where}: base_url holds a space or a control character")
     if parts.username is not None or parts.password is not None:
         # Not repeated: the URL holds a secret.
         raise ValueError(
