@@ -273,6 +273,7 @@ def test_budgets_let_a_burst_through_then_space_requests_by_the_rate():
         ({"max_body_bytes": 1.5}, "max_body_bytes=1.5; expected an integer"),
         ({"burst": True}, "burst=True; expected a number"),
         ({"refusal_cost": 0.5}, "a refusal counts as at least one request"),
+        ({"min_body_rate": -1.0}, "min_body_rate=-1.0; expected a finite number at"),
     ],
 )
 def test_limits_are_checked_when_made(limits, message):
@@ -368,3 +369,83 @@ def test_a_routing_whose_client_left_is_never_computed(served):
     )
     assert after[0] == 200
     assert calls == [["q00001"]], "the routing of the client that left was computed"
+
+
+# -- round 3: slow bodies, rates and deadlines -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "served",
+    [{"max_connections": 12, "max_client_connections": 6, "body_timeout": 60.0}],
+    indirect=True,
+)
+def test_connections_sending_slow_bodies_make_way_for_other_clients(served):
+    """F2: slow-body connections from a few addresses held every slot, and no
+    other client was answered."""
+    kept = served.connect()
+    kept.sendall(HEALTH)
+    assert read_answer(kept)[0] == 200  # kept alive, idle now
+    slow = []
+    for source in ["127.0.0.2", "127.0.0.3"]:
+        for _ in range(6):
+            connection = served.connect(source)
+            connection.sendall(post("/route", b'{"queries": [', length=10_000))
+            slow.append(connection)
+    time.sleep(0.5)  # all heads are in: 13 asked for 12 places
+    # A newcomer is admitted in place of a slow body, not of the kept client.
+    assert served.ask(HEALTH, source="127.0.1.1")[0] == 200
+    kept.sendall(HEALTH)
+    assert read_answer(kept)[0] == 200
+    closed = sum(closed_by_server_now(connection) for connection in slow)
+    assert closed >= 2
+
+
+def closed_by_server_now(connection):
+    connection.settimeout(0.2)
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "served",
+    [{"header_timeout": 0.5, "min_body_rate": 100.0, "body_timeout": 60.0}],
+    indirect=True,
+)
+@pytest.mark.parametrize("expect_continue", [False, True])
+def test_a_body_slower_than_the_minimum_rate_is_cut_off(served, expect_continue):
+    """F2: a body a byte at a time (or promised by Expect: 100-continue and never
+    sent) held its connection for the whole body_timeout."""
+    slow = served.connect()
+    headers = b"expect: 100-continue\r\n" if expect_continue else b""
+    slow.sendall(post("/route", b"", headers=headers, length=10_000))
+    started = time.monotonic()
+    with pytest.raises(OSError):  # broken pipe or reset: closed mid-trickle
+        for _ in range(600):  # a byte each 0.1 s: 60 s, were it not closed
+            slow.sendall(b" ")
+            time.sleep(0.1)
+    # Closed at about 0.5 s + 60 bytes / 100 a second; far before 60 s.
+    assert time.monotonic() - started < 20
+    assert served.ask(HEALTH)[0] == 200
+
+
+@pytest.mark.parametrize(
+    "served",
+    [{"rate": 1.0, "burst": 2.0, "header_timeout": 1.0, "refusal_cost": 50.0}],
+    indirect=True,
+)
+def test_a_client_over_its_rate_gets_no_longer_to_send_a_head(served):
+    """F5: an address over its rate had its deadline stopped, then armed in
+    full again: a head stayed open 47 s with a limit of 10."""
+    trickling = served.connect("127.0.0.2")
+    served.connect("127.0.0.2").close()  # an unused connection: 50 requests' debt
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        for char in b"GET /health HTTP/1.1\r\nx-slow: " + b"a" * 400:
+            trickling.sendall(bytes([char]))  # held back: the address owes 50 s
+            time.sleep(0.1)
+    # Closed at its deadline, 1 s after it opened, not after the debt is paid.
+    assert time.monotonic() - started < 20

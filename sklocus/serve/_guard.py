@@ -5,16 +5,19 @@ uvicorn reads each connection with an :class:`asyncio.Protocol`.
 which
 
 - admits a connection or refuses it (too many from its address; too many in
-  all, when none waits idle to be closed in its place: first one that has
-  never sent a request, then the one idle longest);
+  all, when none waits on its client to be closed in its place: one from the
+  address that holds the most connections, that never sent a request, then
+  one sending a body, then one idle between requests, the longest waiting
+  first);
 - gives each phase of a connection a deadline: a request's head within
   ``header_timeout`` of the connection opening or the last answer, its body
-  and the sending of each part of its answer within ``body_timeout`` (the
-  time the server takes to make a part is its own); a connection past its
-  deadline is closed, however slowly it trickles;
+  within ``body_timeout`` and, past ``header_timeout``, at ``min_body_rate``
+  on average, and the sending of each part of its answer within
+  ``body_timeout`` (the time the server takes to make a part is its own); a
+  connection past its deadline is closed, however slowly it trickles;
 - stops reading a client over its rate (:class:`~sklocus.serve._limits.
   ClientBudgets`) until it is within it again, so that a flood costs the
-  event loop nothing while it waits.
+  event loop nothing while it waits; its deadline keeps running meanwhile.
 
 The HTTP side (:mod:`sklocus.serve._gate`) tells the connection when a request
 starts, when its body is in and when its answer is sent, through
@@ -38,6 +41,12 @@ logger = logging.getLogger("sklocus.serve")
 current_connection = contextvars.ContextVar("sklocus_connection", default=None)
 
 
+# Why a connection waits on its client, in the order a newcomer closes them
+# (among one address's): it never sent a request, it is sending a body, or it
+# is idle between requests.
+_UNUSED, _SENDING_BODY, _IDLE = 0, 1, 2
+
+
 class ConnectionGuard:
     """Connections and rates of one server, held to ``limits``.
 
@@ -51,10 +60,10 @@ class ConnectionGuard:
         self.budgets = ClientBudgets(limits.rate, limits.burst)
         self._open = 0
         self._per_client = collections.Counter()
-        # Connections waiting for a request, the longest waiting first: those
-        # that never sent one apart, as the first to close for a newcomer.
-        self._unused = collections.OrderedDict()
-        self._idle = collections.OrderedDict()
+        # Connections waiting on their client (for a request, or the rest of
+        # a body) and why, the longest waiting first: those a newcomer may
+        # take the place of.
+        self._waiting = {}
 
     def protocol(self, inner):
         """Wrap a protocol class (or factory) so its connections are guarded.
@@ -85,25 +94,40 @@ class ConnectionGuard:
             self.budgets.charge(client, limits.refusal_cost)
             return False
         if self._open >= limits.max_connections:
-            waiting = self._unused or self._idle
-            if not waiting:
+            making_way = self._making_way()
+            if making_way is None:
                 logger.warning(
                     "refused a connection from %s: %d are open and busy",
                     client,
                     self._open,
                 )
                 return False
-            longest = next(iter(waiting))
             logger.warning(
-                "closed an idle connection from %s to admit one: %d are open",
-                longest.client,
+                "closed a connection from %s waiting on its client, to admit one: "
+                "%d are open",
+                making_way.client,
                 self._open,
             )
-            longest.close()
+            making_way.close()
         self._open += 1
         self._per_client[client] += 1
-        self._unused[connection] = None
+        self._waiting[connection] = _UNUSED
         return True
+
+    def _making_way(self):
+        """Return the connection a newcomer closes, or None when all are busy.
+
+        One waiting on its client, from the address that holds the most
+        connections (a flood's, rather than a client's kept connection): of
+        those, one that never sent a request, then one sending a body, then
+        an idle one, the longest waiting first.
+        """
+        chosen, chosen_rank = None, None
+        for connection, waiting_for in self._waiting.items():  # longest first
+            rank = (self._per_client[connection.client], -waiting_for)
+            if chosen_rank is None or rank > chosen_rank:
+                chosen, chosen_rank = connection, rank
+        return chosen
 
     def release(self, connection):
         """Count a closed connection out."""
@@ -115,12 +139,17 @@ class ConnectionGuard:
 
     def busy(self, connection):
         """Mark a connection as answering: it is not closed for a newcomer."""
-        self._unused.pop(connection, None)
-        self._idle.pop(connection, None)
+        self._waiting.pop(connection, None)
+
+    def sending_body(self, connection):
+        """Mark a connection as waiting for the rest of a request's body."""
+        self._waiting.pop(connection, None)
+        self._waiting[connection] = _SENDING_BODY
 
     def idle(self, connection):
         """Mark a connection as waiting for its next request, the latest to."""
-        self._idle[connection] = None
+        self._waiting.pop(connection, None)
+        self._waiting[connection] = _IDLE
 
 
 class _ReadControl:
@@ -164,7 +193,10 @@ class GuardedConnection(asyncio.Protocol):
         self.paused_by_server = False
         self.requests = 0
         self._held = []
-        self._phase = None  # (seconds, what is due) or None while answering
+        # (when it is due, what is due) or None while the server answers.
+        self._phase = None
+        # [when its head came, bytes since] while a request's body comes.
+        self._body = None
         self._deadline = None
         self._resume = None
 
@@ -183,6 +215,8 @@ class GuardedConnection(asyncio.Protocol):
     def data_received(self, data):
         if not self.admitted:
             return
+        if self._body is not None:
+            self._body[1] += len(data)
         if self.throttled or self.guard.budgets.wait(self.client):
             self._hold(data)
         else:
@@ -209,16 +243,26 @@ class GuardedConnection(asyncio.Protocol):
     def request_started(self, has_body):
         """Count a request in: its body is due now, or nothing while it is answered."""
         self.requests += 1
-        self.guard.busy(self)
         self.guard.budgets.charge(self.client)
-        due = self.guard.limits.body_timeout if has_body else None
-        self._expect(due, "no complete request body")
+        if has_body:
+            self.guard.sending_body(self)
+            self._body = [asyncio.get_running_loop().time(), 0]
+            self._expect_body()
+        else:
+            self.guard.busy(self)
+            self._expect(None)
 
     def body_received(self):
+        """Count the body in: the server answers now, with no deadline."""
+        self._body = None
+        self.guard.busy(self)
         self._expect(None)
 
     def answer_sending(self):
         """Give the client ``body_timeout`` to take the part of the answer sent now."""
+        if self._body is not None:  # answered before its body was read
+            self._body = None
+            self.guard.busy(self)
         self._expect(self.guard.limits.body_timeout, "its answer not taken")
 
     def answer_waiting(self):
@@ -279,7 +323,8 @@ class GuardedConnection(asyncio.Protocol):
             return
         self.throttled = True
         self.transport.pause_reading()
-        self._disarm()  # the wait is the server's doing, not a deadline missed
+        # The deadline keeps running: a client over its rate gets no more time
+        # to send what is due than one within it.
         self._wait_then_read()
 
     def _wait_then_read(self):
@@ -293,31 +338,56 @@ class GuardedConnection(asyncio.Protocol):
         held, self._held = b"".join(self._held), []
         if not self.paused_by_server:
             self.transport.resume_reading()
-        self._arm()
         self._read(held)
 
     def _expect(self, seconds, what=None):
         """Close the connection unless ``what`` is in within ``seconds``."""
-        self._phase = None if seconds is None else (seconds, what)
-        self._disarm()
-        if not self.throttled:
-            self._arm()
+        if seconds is None:
+            self._phase = None
+        else:
+            due = asyncio.get_running_loop().time() + seconds
+            self._phase = (due, f"{what} within {seconds:g} s")
+        self._arm()
+
+    def _expect_body(self):
+        """Close the connection unless its body keeps the minimum rate.
+
+        The body is due within ``body_timeout`` of its head, and, past
+        ``header_timeout``, at ``min_body_rate`` bytes a second on average.
+        """
+        limits = self.guard.limits
+        started, received = self._body
+        due = started + limits.body_timeout
+        what = f"no complete request body within {limits.body_timeout:g} s"
+        if limits.min_body_rate:
+            paced = started + limits.header_timeout + received / limits.min_body_rate
+            if paced < due:
+                due = paced
+                what = (
+                    f"a request body slower than {limits.min_body_rate:g} bytes a "
+                    "second"
+                )
+        self._phase = (due, what)
+        self._arm()
 
     def _arm(self):
         self._disarm()
         if self._phase is not None and self.admitted:
-            seconds, what = self._phase
-            loop = asyncio.get_running_loop()
-            self._deadline = loop.call_later(seconds, self._late, seconds, what)
+            due, _ = self._phase
+            self._deadline = asyncio.get_running_loop().call_at(due, self._late)
 
     def _disarm(self):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
-    def _late(self, seconds, what):
+    def _late(self):
         self._deadline = None
-        logger.warning(
-            "closed a connection from %s: %s within %g s", self.client, what, seconds
-        )
+        if self._body is not None:
+            self._expect_body()  # the bytes that came since may move it on
+            due, _ = self._phase
+            if due > asyncio.get_running_loop().time():
+                return
+        _, what = self._phase
+        logger.warning("closed a connection from %s: %s", self.client, what)
         self.close()

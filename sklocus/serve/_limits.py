@@ -47,9 +47,10 @@ class ServerLimits:
         ``POST /predict``): what anyone who can reach the server can make it
         read and parse.
     max_connections : int, default=1000
-        Connections open at once. A new one over the limit closes the
-        connection that has waited longest for a request, or is refused when
-        every connection is busy.
+        Connections open at once. A new one over the limit closes a
+        connection that waits on its client (for a request, or for the rest
+        of a body) from the address that holds the most connections, the one
+        that has waited longest; it is refused when every connection is busy.
     max_client_connections : int, default=64
         Connections open at once from one address; more are refused.
     header_timeout : float, default=10
@@ -59,13 +60,19 @@ class ServerLimits:
         Seconds a request has to send its whole body, and the client to take
         each part of its answer as it is sent (a streamed answer, such as a
         chat completion relayed from an upstream, may last longer).
+    min_body_rate : float, default=1024
+        Bytes a second a request's body must come at, on average, once
+        ``header_timeout`` seconds have passed since its head: a body sent a
+        byte at a time (or announced with ``Expect: 100-continue`` and never
+        sent) is cut off long before ``body_timeout``. 0 for no minimum.
     rate : float, default=1000
         Requests a second one address may make on average; 0 for no limit.
     burst : float, default=200
         Requests over the rate one address may make at once before it waits.
     refusal_cost : float, default=50
-        How many requests a refused one (any 4xx) counts as: a client sending
-        faults is slowed far sooner than one sending work.
+        How many requests a refused one (a 4xx of the client's making; not an
+        upstream's error passed on) counts as: a client sending faults is
+        slowed far sooner than one sending work.
     """
 
     max_body_bytes: int = 8 * 2**20
@@ -74,6 +81,7 @@ class ServerLimits:
     max_client_connections: int = 64
     header_timeout: float = 10.0
     body_timeout: float = 60.0
+    min_body_rate: float = 1024.0
     rate: float = 1000.0
     burst: float = 200.0
     refusal_cost: float = 50.0
@@ -88,7 +96,7 @@ class ServerLimits:
                 raise TypeError(
                     f"ServerLimits.{field.name}={value!r}; expected {expected}"
                 )
-            zero_allowed = field.name == "rate"
+            zero_allowed = field.name in ("rate", "min_body_rate")
             if (
                 not math.isfinite(value)
                 or value < 0
