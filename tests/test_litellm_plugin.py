@@ -274,3 +274,106 @@ def test_graded_answers_reach_the_routers_feedback(pool, tmp_path):
     assert answer["pending_outcomes"] == sent + 1
     with pytest.raises(TypeError, match="grader is a str"):
         plugin.outcome_logger("grade")
+
+
+class SilentServer:
+    """Accepts connections and reads requests, never answering; counts them."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.requests = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            self._held.append(connection)
+            threading.Thread(target=self._read, args=(connection,), daemon=True).start()
+
+    def _read(self, connection):
+        data = b""
+        try:
+            while chunk := connection.recv(65536):
+                data += chunk
+                self.requests += chunk.count(b" HTTP/1.1\r\n")
+        except OSError:
+            pass
+
+    def close(self):
+        self._listener.close()
+        for connection in self._held:
+            connection.close()
+
+
+def test_a_router_that_never_answers_is_left_alone_for_a_while():
+    """F9: a served router that accepts and never answers added the full
+    timeout to every gateway request."""
+    silent = SilentServer()
+    plugin = LocusRoutingPlugin(silent.url, timeout=0.5, cooldown=30.0)
+    candidates = ["openai/a", "openai/b"]
+
+    async def run_five():
+        return [await plugin.run(context(list(candidates))) for _ in range(5)]
+
+    try:
+        routed = asyncio.run(run_five())
+    finally:
+        silent.close()
+    assert silent.requests == 1
+    assert all(c.candidate_models == candidates for c in routed)
+    first, *rest = (c.signals["sklocus"] for c in routed)
+    assert "the router could not rank them" in first["reason"]
+    for signal in rest:
+        assert not signal["routed"]
+        assert "failed 1 time(s) in a row; it is asked again in" in signal["reason"]
+
+
+def test_the_breaker_doubles_its_wait_and_forgets_on_success():
+    from sklocus.integrations._breaker import CircuitBreaker
+
+    now = [0.0]
+    breaker = CircuitBreaker(5.0, 60.0, clock=lambda: now[0])
+    assert breaker.wait() == 0.0
+    waits = []
+    for _ in range(6):
+        breaker.failed()
+        waits.append(breaker.wait())
+        now[0] += waits[-1]
+        assert breaker.wait() == 0.0  # the one trial
+        assert breaker.wait() > 0  # the others wait for it
+    assert waits == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]
+    breaker.succeeded()
+    assert breaker.wait() == 0.0
+    assert breaker.wait() == 0.0
+
+
+def test_a_huge_message_is_routed_by_its_start(pool):
+    """F10: in process a 10 MB message held the router thread for 11 s."""
+    _, router = pool
+    service = RouterService(router)
+    seen = []
+    route = service.route
+
+    def recorded(queries, **kwargs):
+        seen.append(len(queries[0]))
+        return route(queries, **kwargs)
+
+    service.route = recorded
+    plugin = LocusRoutingPlugin(service)
+    candidates = list(router.classes_)
+    huge = "q00001" + "x" * 10_000_000
+    # The tiny router's encoder knows query ids only: the cut text is refused
+    # as unknown, after it reached the router at its cut length.
+    narrowed = asyncio.run(plugin.run(context(list(candidates), text=huge)))
+    assert seen == [20_000]
+    assert narrowed.candidate_models == candidates

@@ -15,7 +15,10 @@ The router is a fitted :class:`~sklocus.LocusRouter`, a
 :class:`~sklocus.serve.RouterService`, the path of a model file, or the URL of
 ``sklocus serve``. When the router cannot answer (a server that is down, a
 policy the router was not fitted for), the candidates are left as they were
-and the failure is logged: the gateway goes on routing by its own strategy.
+and the failure is logged: the gateway goes on routing by its own strategy,
+and the router is left alone for a while (a circuit breaker), so that a
+server that hangs does not add its timeout to every request. The router reads
+the first 20,000 characters of a message.
 
 Nothing here imports LiteLLM: a plugin is any object with ``async run(context)``
 that reads ``context.structured_messages`` and ``context.candidate_models`` and
@@ -27,11 +30,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
+import numbers
 from collections.abc import Mapping
 
 from sklocus._routing import check_policy
 from sklocus._validation import check_count
 from sklocus.integrations._backends import InProcess, Served, service_of
+from sklocus.integrations._breaker import CircuitBreaker
 from sklocus.serve._chat import last_user_text
 from sklocus.serve._warnings import LogLimit
 
@@ -42,6 +48,8 @@ logger = logging.getLogger(__name__)
 # go to a logger of their own, one line of a kind a minute.
 _failures = logging.getLogger(__name__ + ".failures")
 _failures.addFilter(LogLimit())
+# The longest a failing router is left alone, however often it failed.
+_MAX_COOLDOWN = 60.0
 
 
 class LocusRoutingPlugin:
@@ -72,6 +80,11 @@ class LocusRoutingPlugin:
     token : str, default=None
         The served router's token, which its ``POST /feedback`` needs
         (:meth:`feedback`); not used in process.
+    cooldown : float, default=5.0
+        Seconds the router is left alone after it fails to rank (cannot be
+        reached, times out, answers 5xx): requests meanwhile keep their
+        candidates, at once. Then one request tries it again; each failure
+        in a row doubles the wait, up to 60 s.
 
     Attributes
     ----------
@@ -100,10 +113,13 @@ class LocusRoutingPlugin:
         budget=None,
         timeout=10.0,
         token=None,
+        cooldown=5.0,
     ):
         self.k = check_count(k, "k")
         self.model_names = _check_model_names(model_names)
         self.timeout = timeout
+        self.cooldown = _check_seconds(cooldown, "cooldown")
+        self._breaker = CircuitBreaker(self.cooldown, max(self.cooldown, _MAX_COOLDOWN))
         self.service_, self.url_ = None, None
         if isinstance(router, str) and router.startswith(("http://", "https://")):
             if "@" in router.split("://", 1)[1].split("/", 1)[0]:
@@ -149,6 +165,13 @@ class LocusRoutingPlugin:
         text = last_user_text(context.structured_messages)
         if text is None:
             return _unchanged(context, "the last user message has no text")
+        resting = self._breaker.wait()
+        if resting:
+            return _unchanged(
+                context,
+                f"the router failed {self._breaker.failures} time(s) in a row; it is "
+                f"asked again in {resting:.1f} s",
+            )
         try:
             served = set(await self._backend.models())
         except Exception as error:  # noqa: BLE001 - the gateway routes on
@@ -166,6 +189,7 @@ class LocusRoutingPlugin:
             top = await self._backend.rank(text, exclude, len(wanted), self.policy)
         except Exception as error:  # noqa: BLE001 - the gateway routes on
             return self._failed(context, error)
+        self._breaker.succeeded()
         # A model onboarded since the list was read may rank among them: only
         # the candidates' models can be kept.
         top = [entry for entry in top if entry["model"] in wanted]
@@ -291,6 +315,10 @@ class LocusRoutingPlugin:
     def _failed(self, context, error):
         # The log, the operator's, says what failed; the signals, which LiteLLM
         # passes on to its logging integrations, name the error's type alone.
+        # A refusal of this request (a ValueError: a policy or a model the
+        # server refused) says the router is up; anything else rests it.
+        if not isinstance(error, ValueError):
+            self._breaker.failed()
         _failures.warning(
             "the router at %s could not rank the candidates; they are left as "
             "they were: %s: %s",
@@ -328,3 +356,15 @@ def _check_model_names(model_names):
                 "strings (LiteLLM's name and the router's)"
             )
     return dict(model_names)
+
+
+def _check_seconds(value, name):
+    """Return ``value`` as a float when it is a finite number of seconds >= 0."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{name}={value!r}; expected a number of seconds, at least 0")
+    return float(value)

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# The router reads the start of a long message: the sentence encoder would
+# truncate it further still, and a message of megabytes would hold the router
+# thread for seconds while it is tokenised.
+ROUTED_CHARS = 20_000
+
 
 def last_user_text(messages):
     """Return the text of the last user message, or None when there is none.
+
+    At most its first :data:`ROUTED_CHARS` characters: what the router reads.
 
     Parameters
     ----------
@@ -35,4 +42,6 @@ def last_user_text(messages):
             and part.get("type") == "text"
             and isinstance(part.get("text"), str)
         )
-    return content if isinstance(content, str) and content.strip() else None
+    if not isinstance(content, str) or not content.strip():
+        return None
+    return content[:ROUTED_CHARS]

@@ -53,9 +53,6 @@ _FALL_BACK_ON = frozenset({401, 403, 404, 408, 429})
 # an unknown model name upstream is this server's fault (a bad gateway), not
 # the client's; 429 and 5xx are passed on as they came.
 _ANSWERED_AS = {401: 502, 403: 502, 404: 502, 408: 504}
-# The router reads the start of a long message: the sentence encoder would
-# truncate it further still. What is forwarded is the whole request.
-_ROUTED_CHARS = 20_000
 _ERROR_CHARS = 300
 # What of an upstream's error body is read: enough for OpenAI's error object;
 # the rest is never read (an upstream may send an endless one).
@@ -241,7 +238,6 @@ class ChatProxy:
                 "upstreams file name different models",
                 status=503,
             )
-        text = text[:_ROUTED_CHARS]
         if model != ROUTED:
             scored = await router_thread.wait(self.service.predict, [text], [model])
             return [(model, scored["p"][0][0])]
