@@ -543,3 +543,42 @@ def test_health_never_waits_on_the_journal(pool, tmp_path):
     assert finished, "health waited on the journal's lock"
     assert answered[0]["pending_outcomes"] == 4
     service.close()
+
+
+def test_a_full_disk_is_reported_as_itself_not_as_the_rollback(tmp_path):
+    """Round 3, F13: the rollback's own error hid the real one."""
+    journal = FeedbackJournal(tmp_path / "journal.db")
+    journal.append([("q", "m", 1.0, None)])
+    # SQLite's own cap on the file's pages: the disk is full at this size.
+    pages = journal._db.execute("PRAGMA page_count").fetchone()[0]
+    journal._db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+        journal.append([("q" * 5000, "m", 1.0, None)] * 50)
+    assert journal.last_id() == 1
+    journal.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes are POSIX")
+@pytest.mark.parametrize("loose", ["journal.db", "journal.db-wal", "journal.db-shm"])
+def test_a_journal_others_may_read_or_write_is_refused(tmp_path, loose):
+    """Round 3, F12: a 0666 journal gave 0666 -wal and -shm files."""
+    path = tmp_path / "journal.db"
+    FeedbackJournal(path).close()
+    (tmp_path / loose).touch()
+    os.chmod(tmp_path / loose, 0o666)
+    with pytest.raises(
+        JournalError, match=rf"{loose} may be read or written by others \(mode 0666\)"
+    ):
+        FeedbackJournal(path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="links and modes are POSIX")
+def test_a_link_to_nowhere_is_not_followed(tmp_path):
+    """Round 3, F12: SQLite created the journal wherever a dangling link pointed."""
+    target = tmp_path / "elsewhere" / "journal.db"
+    target.parent.mkdir()
+    link = tmp_path / "journal.db"
+    link.symlink_to(target)
+    with pytest.raises(JournalError, match="which does not exist"):
+        FeedbackJournal(link)
+    assert not target.exists()

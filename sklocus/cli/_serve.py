@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -69,8 +70,8 @@ def _router_from(arguments):
             journal = FeedbackJournal(arguments.feedback_journal)
             journal.forget_folds()
             journal.close()
-        except JournalError as error:
-            raise UserError(str(error)) from None
+        except (JournalError, sqlite3.Error) as error:
+            raise UserError(_journal_fault(arguments, error)) from None
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
     say(
@@ -177,6 +178,16 @@ def _limits(arguments):
     except ValueError as error:
         raise UserError(f"--max-connections: {error}") from None
     return limits
+
+
+def _journal_fault(arguments, error):
+    """Say what went wrong with the feedback journal (a full disk, say)."""
+    if isinstance(error, JournalError):
+        return str(error)
+    return (
+        f"argument --feedback-journal: {arguments.feedback_journal} could not be "
+        f"read or written: {error}"
+    )
 
 
 def _upstreams(arguments):
@@ -298,8 +309,8 @@ def run_serve(arguments):
             feedback_journal=arguments.feedback_journal,
             fold_interval=arguments.fold_interval,
         )
-    except JournalError as error:
-        raise UserError(str(error)) from None
+    except (JournalError, sqlite3.Error) as error:
+        raise UserError(_journal_fault(arguments, error)) from None
     learnt = int(service.router.evaluation_counts_.sum() - before)
     if learnt:
         say(f"Learnt {learnt:,} outcomes from {arguments.feedback_journal}.")

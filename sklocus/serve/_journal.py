@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 
@@ -53,8 +54,16 @@ def _create_private(path):
     """Create ``path`` empty, readable and writable by its owner alone, if missing.
 
     The journal holds every query text it is sent; SQLite gives the ``-wal``
-    and ``-shm`` files it makes beside it the database file's permissions.
+    and ``-shm`` files it makes beside it the database file's permissions. So
+    an existing journal (and its ``-wal`` and ``-shm``) that others may read
+    or write is refused, as is a link to a file that does not exist (which
+    SQLite would create wherever it points).
     """
+    if path.is_symlink() and not path.exists():
+        raise JournalError(
+            f"{path} is a link to {os.readlink(path)}, which does not exist; give "
+            "the journal's own path"
+        )
     try:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
@@ -63,6 +72,32 @@ def _create_private(path):
         raise JournalError(
             f"{path}: cannot create the feedback journal ({error})"
         ) from None
+    if os.name != "posix":
+        return
+    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            mode = file.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            raise JournalError(
+                f"{file} may be read or written by others (mode "
+                f"{stat.S_IMODE(mode):04o}); the journal holds every query it is "
+                f"sent, and outcomes written there are learnt: chmod 600 {file}"
+            )
+
+
+def _roll_back(db):
+    """Roll back the open transaction, if SQLite has not already.
+
+    On some errors (a full disk) SQLite rolls back by itself, and a second
+    rollback would raise, hiding the error that matters.
+    """
+    if db.in_transaction:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
 
 def file_digest(path):
@@ -126,7 +161,7 @@ class FeedbackJournal:
                 last = self._db.execute("SELECT max(id) FROM outcomes").fetchone()[0]
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _roll_back(self._db)
                 raise
         return int(last)
 
@@ -214,7 +249,7 @@ class FeedbackJournal:
                 self._db.execute("DELETE FROM marks WHERE name = 'pending'")
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _roll_back(self._db)
                 raise
         if folded and folded_sha != digest:
             raise JournalError(
@@ -244,7 +279,7 @@ class FeedbackJournal:
                 self._db.execute("DELETE FROM marks WHERE name = 'pending'")
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                _roll_back(self._db)
                 raise
 
     def forget_folds(self):
