@@ -169,7 +169,7 @@ def test_a_fault_of_the_server_is_a_short_500_without_traceback(pool, monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("a bug with a secret in its message")
 
-    monkeypatch.setattr(service, "route", broken)
+    monkeypatch.setattr(service, "route_in_turns", broken)
     response = client.post("/route", json={"queries": ["q00001"]})
     assert response.status_code == 500
     assert _faults(response) == [((), "the server failed to answer; its log says why")]

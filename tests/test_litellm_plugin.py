@@ -362,13 +362,13 @@ def test_a_huge_message_is_routed_by_its_start(pool):
     _, router = pool
     service = RouterService(router)
     seen = []
-    route = service.route
+    route_in_turns = service.route_in_turns
 
     def recorded(queries, **kwargs):
         seen.append(len(queries[0]))
-        return route(queries, **kwargs)
+        return route_in_turns(queries, **kwargs)
 
-    service.route = recorded
+    service.route_in_turns = recorded
     plugin = LocusRoutingPlugin(service)
     candidates = list(router.classes_)
     huge = "q00001" + "x" * 10_000_000

@@ -264,6 +264,43 @@ def test_budgets_let_a_burst_through_then_space_requests_by_the_rate():
     assert unlimited.wait("a") == 0.0
 
 
+def test_budgets_count_work_by_the_longer_of_queries_and_characters():
+    now = [0.0]
+    budgets = ClientBudgets(
+        rate=0, burst=5.0, query_rate=10.0, text_rate=1_000.0, clock=lambda: now[0]
+    )
+    budgets.charge_work("a", 10, 500)  # 1 s of queries, 0.5 s of text
+    assert budgets.wait("a") == 0.0  # a second's worth may come at once
+    budgets.charge_work("a", 1, 2_500)  # 0.1 s of queries, 2.5 s of text
+    assert budgets.wait("a") == pytest.approx(2.5)
+    assert budgets.wait("b") == 0.0
+    assert not budgets.over_rate("a")  # new connections wait, not refused
+    now[0] = 2.5
+    assert budgets.wait("a") == 0.0
+    unlimited = ClientBudgets(rate=0, burst=5.0, clock=lambda: now[0])
+    unlimited.charge_work("a", 10**9, 10**12)
+    assert unlimited.wait("a") == 0.0
+
+
+@pytest.mark.parametrize("served", [{"query_rate": 10.0}], indirect=True)
+def test_a_client_over_its_work_budget_waits_while_others_are_served(served):
+    """F3: the rate counted requests, not work: one address sending batches of
+    long texts, one after another, held the router for everyone."""
+    batch = json.dumps({"queries": ["q00001"] * 64}).encode()
+    heavy = served.connect("127.0.0.2")
+    assert served.ask(post("/route", batch), connection=heavy)[0] == 200
+    # 64 queries at 10 a second: its next request is not read for 5.4 s.
+    heavy.sendall(HEALTH)
+    heavy.settimeout(2.0)
+    with pytest.raises(TimeoutError):
+        heavy.recv(1)
+    one = json.dumps({"queries": ["q00002"]}).encode()
+    for source in ["127.0.0.1", "127.0.0.3"]:
+        assert served.ask(post("/route", one), source=source)[0] == 200
+    heavy.settimeout(PATIENCE)
+    assert read_answer(heavy)[0] == 200  # once it is within its budget again
+
+
 @pytest.mark.parametrize(
     ("limits", "message"),
     [
@@ -343,13 +380,16 @@ def test_a_routing_whose_client_left_is_never_computed(served):
     from sklocus.serve._service import router_thread
 
     calls = []
-    route = served.service.route
+    route_in_turns = served.service.route_in_turns
 
-    def counted(*args, **kwargs):
-        calls.append(args[0])
-        return route(*args, **kwargs)
+    def counted(queries, **settings):
+        def computed():
+            calls.append(queries)  # at its first turn on the router thread
+            return (yield from route_in_turns(queries, **settings))
 
-    served.service.route = counted
+        return computed()
+
+    served.service.route_in_turns = counted
     busy = threading.Event()
     held = router_thread.submit(busy.wait, PATIENCE)  # the router thread is taken
     body = json.dumps({"queries": ["q00001"]}).encode()
@@ -449,3 +489,4 @@ def test_a_client_over_its_rate_gets_no_longer_to_send_a_head(served):
             time.sleep(0.1)
     # Closed at its deadline, 1 s after it opened, not after the debt is paid.
     assert time.monotonic() - started < 20
+

@@ -746,6 +746,22 @@ def _add_serve_command(commands):
         "request counting as 50; over it, its requests wait (default: 1000; "
         "0: no limit)",
     )
+    limits.add_argument(
+        "--query-rate-limit",
+        type=non_negative_number,
+        default=200.0,
+        metavar="N",
+        help="queries a second one address may have routed or scored on average; "
+        "over it, its requests wait (default: 200; 0: no limit)",
+    )
+    limits.add_argument(
+        "--text-rate-limit",
+        type=non_negative_number,
+        default=200_000.0,
+        metavar="N",
+        help="characters of query text a second one address may have routed or "
+        "scored on average (default: 200000; 0: no limit)",
+    )
     server.add_argument(
         "--log-level",
         choices=["critical", "error", "warning", "info", "debug"],

@@ -165,6 +165,8 @@ def _limits(arguments):
             max_connections=arguments.max_connections,
             max_client_connections=arguments.max_client_connections,
             rate=arguments.rate_limit,
+            query_rate=arguments.query_rate_limit,
+            text_rate=arguments.text_rate_limit,
         )
     except ValueError as error:
         flag = str(error).split("=", 1)[0].removeprefix("ServerLimits.")

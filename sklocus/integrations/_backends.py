@@ -54,11 +54,10 @@ class InProcess:
         return await asyncio.to_thread(self.service.feedback, outcomes)
 
     async def rank(self, text, exclude, k, policy):
-        routes = await asyncio.wrap_future(
-            router_thread.submit(
-                self.service.route, [text], exclude=exclude or None, k=k, **policy
-            )
+        turns = self.service.route_in_turns(
+            [text], exclude=exclude or None, k=k, **policy
         )
+        routes = await router_thread.wait_turns(turns)
         return routes[0]["top"]
 
 

@@ -139,6 +139,10 @@ def server(service, *, token=None, limits=None, log_level="info", upstreams=None
         proxy_headers=False,
         server_header=False,
         backlog=_BACKLOG,
+        # The guard closes a connection idle past header_timeout; uvicorn's own
+        # keep-alive timer (5 s by default) would close one whose next request
+        # the guard holds back while its client is over its rate or budget.
+        timeout_keep_alive=limits.header_timeout + 1,
     )
     config.load()
     config.http_protocol_class = ConnectionGuard(limits).protocol(

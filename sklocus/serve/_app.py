@@ -44,6 +44,7 @@ from sklocus._versioning import __version__
 from sklocus.serve import _json
 from sklocus.serve._departure import CLIENT_GONE, not_charged, while_connected
 from sklocus.serve._gate import UNAUTHORISED, RequestGate, refusal, token_matches
+from sklocus.serve._guard import charge_work, client_of
 from sklocus.serve._limits import ServerLimits
 from sklocus.serve._request import check_item_count
 from sklocus.serve._service import RequestError, router_thread
@@ -445,6 +446,18 @@ async def _answered_off_the_loop(request, model, counted, answer):
     return await anyio.to_thread.run_sync(answered)
 
 
+async def _computed(request, queries, turns):
+    """Await ``turns`` on the router thread, as the request's client's work.
+
+    The queries count against the client's work budget; its turns take their
+    place among other clients' (:mod:`sklocus.serve._router_thread`); a client
+    gone before they are done has them dropped, and a 499 is returned.
+    """
+    charge_work(queries)
+    waiting = router_thread.wait_turns(turns, client=client_of(request.scope))
+    return await while_connected(request, waiting)
+
+
 def _body_of(model):
     """Return the OpenAPI request body of a route that validates ``model`` itself."""
     schema = {"$ref": f"#/components/schemas/{model.__name__}"}
@@ -592,31 +605,23 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
     @app.post("/route", response_model=RouteResponse)
     async def route(body: RouteRequest, request: Request):
         """Route each query to its best model, listing the top ``k``."""
-        # A client gone before its turn on the router thread costs nothing.
-        routes = await while_connected(
-            request,
-            router_thread.wait(
-                service.route,
-                body.queries,
-                exclude=body.exclude,
-                cost_weight=body.cost_weight,
-                min_probability=body.min_probability,
-                budget=body.budget,
-                k=body.k,
-                query_groups=body.query_groups,
-            ),
+        turns = service.route_in_turns(
+            body.queries,
+            exclude=body.exclude,
+            cost_weight=body.cost_weight,
+            min_probability=body.min_probability,
+            budget=body.budget,
+            k=body.k,
+            query_groups=body.query_groups,
         )
+        routes = await _computed(request, body.queries, turns)
         return routes if isinstance(routes, Response) else {"routes": routes}
 
     @app.post("/predict", response_model=PredictResponse)
     async def predict(body: PredictRequest, request: Request):
         """Probability that each model answers each query correctly."""
-        return await while_connected(
-            request,
-            router_thread.wait(
-                service.predict, body.queries, body.models, body.query_groups
-            ),
-        )
+        turns = service.predict_in_turns(body.queries, body.models, body.query_groups)
+        return await _computed(request, body.queries, turns)
 
     @app.get("/models", response_model=ModelList)
     async def list_models():

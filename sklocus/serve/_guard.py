@@ -15,9 +15,10 @@ which
   on average, and the sending of each part of its answer within
   ``body_timeout`` (the time the server takes to make a part is its own); a
   connection past its deadline is closed, however slowly it trickles;
-- stops reading a client over its rate (:class:`~sklocus.serve._limits.
-  ClientBudgets`) until it is within it again, so that a flood costs the
-  event loop nothing while it waits; its deadline keeps running meanwhile.
+- stops reading a client over its rate of requests or of work
+  (:class:`~sklocus.serve._limits.ClientBudgets`, :func:`charge_work`) until
+  it is within it again, so that a flood costs the event loop nothing while
+  it waits; its deadline keeps running meanwhile.
 
 The HTTP side (:mod:`sklocus.serve._gate`) tells the connection when a request
 starts, when its body is in and when its answer is sent, through
@@ -41,6 +42,26 @@ logger = logging.getLogger("sklocus.serve")
 current_connection = contextvars.ContextVar("sklocus_connection", default=None)
 
 
+def client_of(scope):
+    """Return the address a request came from: the key of its fair share."""
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+def charge_work(queries):
+    """Count the queries a request asks to route or score against its client.
+
+    Called from the request's task; outside a guarded connection (a test
+    client), nothing is counted.
+    """
+    connection = current_connection.get()
+    if connection is not None and connection.admitted:
+        characters = sum(len(query) for query in queries if isinstance(query, str))
+        connection.guard.budgets.charge_work(
+            connection.client, len(queries), characters
+        )
+
+
 # Why a connection waits on its client, in the order a newcomer closes them
 # (among one address's): it never sent a request, it is sending a body, or it
 # is idle between requests.
@@ -57,7 +78,12 @@ class ConnectionGuard:
 
     def __init__(self, limits):
         self.limits = limits
-        self.budgets = ClientBudgets(limits.rate, limits.burst)
+        self.budgets = ClientBudgets(
+            limits.rate,
+            limits.burst,
+            query_rate=limits.query_rate,
+            text_rate=limits.text_rate,
+        )
         self._open = 0
         self._per_client = collections.Counter()
         # Connections waiting on their client (for a request, or the rest of
@@ -81,7 +107,9 @@ class ConnectionGuard:
         """Count a new connection in, or return False to refuse it."""
         limits, client = self.limits, connection.client
         self.budgets.charge(client)
-        if self.budgets.wait(client):
+        # Over its work budget, a client's new connections wait to be read,
+        # as its open ones do; over its rate of requests, they are refused.
+        if self.budgets.over_rate(client):
             logger.warning("refused a connection from %s: it is over its rate", client)
             return False
         if self._per_client[client] >= limits.max_client_connections:

@@ -1,10 +1,11 @@
-"""What a server grants each client: connections, time, bytes and a rate.
+"""What a server grants each client: connections, time, bytes, a rate and work.
 
 A server open to a network meets clients that would exhaust it: many idle
 connections, headers or bodies sent a byte at a time, large bodies without a
-token, floods of requests it must refuse. :class:`ServerLimits` says what each
-client may take; :class:`ClientBudgets` keeps the rate, by the address the
-connection comes from (never a header the client writes, such as
+token, floods of requests it must refuse, batches of long texts that hold the
+router. :class:`ServerLimits` says what each client may take;
+:class:`ClientBudgets` keeps its rate of requests and of work, by the address
+the connection comes from (never a header the client writes, such as
 ``X-Forwarded-For``).
 
 A rate is kept as a debt in time (the "generic cell rate" scheme): each request
@@ -13,6 +14,10 @@ connection that made no request) ``refusal_cost`` times that, and a client
 whose due time lies more than ``burst / rate`` seconds ahead waits: the server
 reads nothing more from it until then. A client that keeps within the rate
 never waits; a flood waits in the kernel's buffers, costing the server nothing.
+Work is a second debt: the queries a request asks to route or score move its
+client's work due time on by the longer of ``queries / query_rate`` and
+``characters / text_rate``, and a client more than a second's worth ahead
+waits the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import time
 _MAX_DEBT_SECONDS = 30.0
 # Paid-up clients are forgotten once this many are kept.
 _PRUNE_AT = 10_000
+# Seconds of its work budget a client may ask for at once.
+_WORK_BURST_SECONDS = 1.0
+# The limits that 0 turns off.
+_OFF_AT_ZERO = ("rate", "query_rate", "text_rate", "min_body_rate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +76,14 @@ class ServerLimits:
         sent) is cut off long before ``body_timeout``. 0 for no minimum.
     rate : float, default=1000
         Requests a second one address may make on average; 0 for no limit.
+    query_rate : float, default=200
+        Queries a second one address may have routed or scored on average
+        (``POST /route``, ``POST /predict``, a chat completion's routing); 0
+        for no limit.
+    text_rate : float, default=200,000
+        Characters of query text a second one address may have routed or
+        scored on average; 0 for no limit. With ``query_rate``, one second's
+        worth may come at once.
     burst : float, default=200
         Requests over the rate one address may make at once before it waits.
     refusal_cost : float, default=50
@@ -83,6 +100,8 @@ class ServerLimits:
     body_timeout: float = 60.0
     min_body_rate: float = 1024.0
     rate: float = 1000.0
+    query_rate: float = 200.0
+    text_rate: float = 200_000.0
     burst: float = 200.0
     refusal_cost: float = 50.0
 
@@ -96,7 +115,7 @@ class ServerLimits:
                 raise TypeError(
                     f"ServerLimits.{field.name}={value!r}; expected {expected}"
                 )
-            zero_allowed = field.name in ("rate", "min_body_rate")
+            zero_allowed = field.name in _OFF_AT_ZERO
             if (
                 not math.isfinite(value)
                 or value < 0
@@ -115,35 +134,69 @@ class ServerLimits:
 
 
 class ClientBudgets:
-    """The rate each client address has spent, as a due time.
+    """The rate and the work each client address has spent, as due times.
 
     Parameters
     ----------
     rate : float
-        Requests a second; 0 keeps no budget.
+        Requests a second; 0 keeps no budget of requests.
     burst : float
+    query_rate : float, default=0
+        Queries a second; 0 for no limit.
+    text_rate : float, default=0
+        Characters of query text a second; 0 for no limit.
     clock : callable, default=time.monotonic
     """
 
-    def __init__(self, rate, burst, *, clock=time.monotonic):
+    def __init__(self, rate, burst, *, query_rate=0, text_rate=0, clock=time.monotonic):
         self.rate = rate
         self.burst = burst
+        self.query_rate = query_rate
+        self.text_rate = text_rate
         self.clock = clock
-        self._due = {}
+        self._requests = _Debts(burst / rate if rate else 0.0, clock)
+        self._work = _Debts(_WORK_BURST_SECONDS, clock)
 
     def charge(self, client, requests=1.0):
         """Count ``requests`` (a refusal counts as several) against ``client``."""
-        if not self.rate:
-            return
+        if self.rate:
+            self._requests.add(client, requests / self.rate)
+
+    def charge_work(self, client, queries, characters):
+        """Count ``queries`` of ``characters`` in all against ``client``."""
+        seconds = max(
+            queries / self.query_rate if self.query_rate else 0.0,
+            characters / self.text_rate if self.text_rate else 0.0,
+        )
+        if seconds:
+            self._work.add(client, seconds)
+
+    def over_rate(self, client):
+        """Whether ``client`` is over its rate of requests (its work aside)."""
+        return self._requests.wait(client) > 0
+
+    def wait(self, client):
+        """Seconds ``client`` must wait before it is read again (0: none)."""
+        return max(self._requests.wait(client), self._work.wait(client))
+
+
+class _Debts:
+    """Each client's due time, and how far ahead of the clock it may be."""
+
+    def __init__(self, tolerance, clock):
+        self.tolerance = tolerance
+        self.clock = clock
+        self._due = {}
+
+    def add(self, client, seconds):
         now = self.clock()
-        due = max(self._due.get(client, now), now) + requests / self.rate
+        due = max(self._due.get(client, now), now) + seconds
         self._due[client] = min(due, now + _MAX_DEBT_SECONDS)
         if len(self._due) > _PRUNE_AT:
             self._due = {key: when for key, when in self._due.items() if when > now}
 
     def wait(self, client):
-        """Seconds ``client`` must wait before it is read again (0: none)."""
         due = self._due.get(client)
         if due is None:
             return 0.0
-        return max(0.0, due - self.clock() - self.burst / self.rate)
+        return max(0.0, due - self.clock() - self.tolerance)

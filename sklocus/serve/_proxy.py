@@ -39,6 +39,7 @@ from sklocus.serve import _json
 from sklocus.serve._chat import last_user_text
 from sklocus.serve._departure import not_charged, while_connected
 from sklocus.serve._gate import openai_error
+from sklocus.serve._guard import charge_work, client_of
 from sklocus.serve._service import RequestError, router_thread
 from sklocus.serve._upstream_client import UpstreamClient, UpstreamError
 
@@ -169,13 +170,13 @@ class ChatProxy:
             return openai_error(400, fault.message, param=fault.param)
         try:
             try:
-                ranked = await self._ranked(body["model"], body["text"])
+                ranked = await self._ranked(body["model"], body["text"], scope)
             except RequestError as error:
                 if error.field[:1] not in (("exclude",), ("k",)):
                     raise
                 # A model retired between reading the pool and ranking: the
                 # next ranking reads the pool anew.
-                ranked = await self._ranked(body["model"], body["text"])
+                ranked = await self._ranked(body["model"], body["text"], scope)
         except _BadRequest as fault:
             status = 404 if fault.param == "model" else 400
             return openai_error(status, fault.message, param=fault.param)
@@ -218,8 +219,11 @@ class ChatProxy:
             else {"retry-after": last.retry_after},
         )
 
-    async def _ranked(self, model, text):
-        """Return ``[(model, p), ...]``: the models to try, best first."""
+    async def _ranked(self, model, text, scope):
+        """Return ``[(model, p), ...]``: the models to try, best first.
+
+        Computed as the work of the request's client (``scope``).
+        """
         served = self.service.router.classes_.tolist()  # one snapshot
         routable = self.routable(served)
         if model != ROUTED and model not in routable:
@@ -238,14 +242,16 @@ class ChatProxy:
                 "upstreams file name different models",
                 status=503,
             )
+        charge_work([text])
+        client = client_of(scope)
         if model != ROUTED:
-            scored = await router_thread.wait(self.service.predict, [text], [model])
+            turns = self.service.predict_in_turns([text], [model])
+            scored = await router_thread.wait_turns(turns, client=client)
             return [(model, scored["p"][0][0])]
         exclude = [name for name in served if name not in self.upstreams]
         k = min(1 + self.upstreams.fallbacks, len(routable))
-        routes = await router_thread.wait(
-            self.service.route, [text], exclude=exclude or None, k=k
-        )
+        turns = self.service.route_in_turns([text], exclude=exclude or None, k=k)
+        routes = await router_thread.wait_turns(turns, client=client)
         return [(choice["model"], choice["p"]) for choice in routes[0]["top"]]
 
     async def _forward(self, model, request_body, stream, told, large):

@@ -8,30 +8,19 @@ onboarding (encoding its queries, embedding the model) runs before the change
 takes the lock that changes share, so a removal waits only for a publication;
 onboardings run one at a time.
 
-Where the work runs: torch's OpenMP runtime (libgomp) keeps a pool of worker
-threads for each thread that calls it, and once a process holds more of those
-threads than it has cores, the workers stop spinning between operations and
-sleep, so each of the hundreds of small operations of an encoded query waits
-for a wake-up. On two cores, a second thread calling torch is enough: routing
-one query took 1.3 to 1.5 times as long in ``sklocus serve`` (warmed up on its
-main thread, then answering on FastAPI's worker threads) as in process. So
-routing, prediction and the warm-up run on one thread, the router thread,
-shared by every service of the process and taking one call at a time (a call
-already uses every core through torch's own threads); an onboarding computes
-on a thread of its own that ends with it, which hands its OpenMP pool back. A
-thread that ran torch before serving and lives on (the main thread that fitted
-the router, say) keeps its pool, and the router thread's is then a second one;
-so ``sklocus serve EMBEDDER EVALS`` builds its router on the router thread.
+Routing, prediction and the warm-up compute on the router thread
+(:mod:`sklocus.serve._router_thread`), in turns of a few queries each, so that
+one client's large batch holds up another's single query for one turn only;
+an onboarding computes on a thread of its own that ends with it, which hands
+its OpenMP pool back.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import logging
 import numbers
-import os
 import sqlite3
 import threading
 from collections.abc import Mapping
@@ -48,72 +37,35 @@ from sklocus._validation import check_count
 from sklocus.serve._feedback import LearningFromOutcomes
 from sklocus.serve._json import shorten
 from sklocus.serve._request import RequestError, check_item_count, query_encoder
+from sklocus.serve._router_thread import router_thread
 
-__all__ = ["RequestError", "RouterService"]
-
-
-class _RouterThread:
-    """The one thread on which services run their routers' reading work.
-
-    See the module's docstring for why one. :meth:`submit` queues a call and
-    returns its future; :meth:`call` waits for it, or runs it at once when
-    already on the router thread.
-    """
-
-    def __init__(self):
-        self._forget()
-        if hasattr(os, "register_at_fork"):
-            # A forked child has the executor but not its thread: start anew.
-            os.register_at_fork(after_in_child=self._forget)
-
-    def _forget(self):
-        self._lock = threading.Lock()
-        self._executor = None
-        self._ident = None
-
-    def _mark(self):
-        self._ident = threading.get_ident()
-
-    def submit(self, function, /, *args, **kwargs):
-        """Queue ``function(*args, **kwargs)`` on the router thread.
-
-        Returns
-        -------
-        concurrent.futures.Future
-        """
-        if self._executor is None:
-            with self._lock:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(
-                        max_workers=1,
-                        thread_name_prefix="sklocus-router",
-                        initializer=self._mark,
-                    )
-        return self._executor.submit(function, *args, **kwargs)
-
-    def call(self, function, /, *args, **kwargs):
-        """Return ``function(*args, **kwargs)``, computed on the router thread."""
-        if threading.get_ident() == self._ident:
-            return function(*args, **kwargs)
-        return self.submit(function, *args, **kwargs).result()
-
-    async def wait(self, function, /, *args, **kwargs):
-        """Await ``function(*args, **kwargs)``, computed on the router thread.
-
-        The event loop goes on meanwhile; under another event loop than
-        asyncio's (trio), the wait itself takes a worker thread.
-        """
-        future = self.submit(function, *args, **kwargs)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            import anyio
-
-            return await anyio.to_thread.run_sync(future.result)
-        return await asyncio.wrap_future(future)
+__all__ = ["RequestError", "RouterService", "router_thread"]
 
 
-router_thread = _RouterThread()
+# A turn on the router thread: at most this many queries, or as many as come
+# to this many characters (one, if the first is longer). A query of a few words
+# takes a few milliseconds to encode, and one of a few thousand characters (cut
+# to the encoder's longest input) some tens.
+_TURN_QUERIES = 16
+_TURN_CHARACTERS = 2_000
+
+
+def _turns(queries):
+    """Slice ``queries`` into the turns they are computed in, in order."""
+    start = 0
+    while start < len(queries):
+        stop, characters = start + 1, _characters(queries[start])
+        while stop < len(queries) and stop - start < _TURN_QUERIES:
+            characters += _characters(queries[stop])
+            if characters > _TURN_CHARACTERS:
+                break
+            stop += 1
+        yield slice(start, stop)
+        start = stop
+
+
+def _characters(query):
+    return len(query) if isinstance(query, str) else 1
 
 
 def _on_a_thread_of_its_own(function, /, *args, **kwargs):
@@ -199,9 +151,12 @@ class RouterService(LearningFromOutcomes):
 
     Whichever thread calls them, :meth:`route`, :meth:`predict` and
     :meth:`warm_up` compute on one thread that every service of the process
-    shares, one call at a time, and :meth:`add_model` on a thread of its own
+    shares, a few queries a turn, and :meth:`add_model` on a thread of its own
     that ends with it: torch then keeps one OpenMP thread pool, whose threads
-    stay awake between the operations of a query (see the module's notes).
+    stay awake between the operations of a query
+    (:mod:`sklocus.serve._router_thread`). A server computes
+    :meth:`route_in_turns` and :meth:`predict_in_turns` there for each
+    client's address, in fair turns.
 
     Examples
     --------
@@ -337,17 +292,7 @@ class RouterService(LearningFromOutcomes):
 
     # -- reading ----------------------------------------------------------------
 
-    def route(
-        self,
-        queries,
-        *,
-        exclude=None,
-        cost_weight=None,
-        min_probability=None,
-        budget=None,
-        k=None,
-        query_groups=None,
-    ):
+    def route(self, queries, **settings):
         """List the best models for each query, best first.
 
         Parameters
@@ -378,6 +323,23 @@ class RouterService(LearningFromOutcomes):
             One ``{"query", "model", "top": [{"model", "p"}, ...]}`` per query,
             in order.
         """
+        return router_thread.run_turns(self.route_in_turns(queries, **settings))
+
+    def route_in_turns(
+        self,
+        queries,
+        *,
+        exclude=None,
+        cost_weight=None,
+        min_probability=None,
+        budget=None,
+        k=None,
+        query_groups=None,
+    ):
+        """:meth:`route` as turns for the router thread (``router_thread.wait_turns``).
+
+        A generator: it checks the request, then ranks a few queries a turn.
+        """
         router = self._router  # one snapshot for the whole request
         self._check_batch(queries, "queries")
         query_groups = self._check_query_groups(router, query_groups, queries)
@@ -403,30 +365,36 @@ class RouterService(LearningFromOutcomes):
             )
         except PolicyError as error:
             raise RequestError((error.setting,), str(error)) from None
-        try:
-            models, probabilities = router_thread.call(
-                router.rank_models,
-                queries,
-                k=k,
-                exclude=exclude or None,
-                cost_weight=cost_weight,
-                min_probability=min_probability,
-                budget=budget,
-                query_groups=query_groups,
-            )
-        except (ValueError, TypeError, KeyError) as error:
-            raise self._encoding_error(error, queries) from None
-        return [
-            {
-                "query": query,
-                "model": str(row[0]),
-                "top": [
-                    {"model": str(model), "p": float(p)}
-                    for model, p in zip(row, chances)
-                ],
-            }
-            for query, row, chances in zip(queries, models.tolist(), probabilities)
-        ]
+        routes = []
+        for turn in _turns(queries):
+            if turn.start:
+                yield  # another client's turn may come first
+            try:
+                models, probabilities = router.rank_models(
+                    queries[turn],
+                    k=k,
+                    exclude=exclude or None,
+                    cost_weight=cost_weight,
+                    min_probability=min_probability,
+                    budget=budget,
+                    query_groups=None if query_groups is None else query_groups[turn],
+                )
+            except (ValueError, TypeError, KeyError) as error:
+                raise self._encoding_error(error, queries) from None
+            routes += [
+                {
+                    "query": query,
+                    "model": str(row[0]),
+                    "top": [
+                        {"model": str(model), "p": float(p)}
+                        for model, p in zip(row, chances)
+                    ],
+                }
+                for query, row, chances in zip(
+                    queries[turn], models.tolist(), probabilities
+                )
+            ]
+        return routes
 
     def predict(self, queries, models=None, query_groups=None):
         """P(correct) of each model on each query.
@@ -448,6 +416,11 @@ class RouterService(LearningFromOutcomes):
             ``{"models": [...], "queries": [...], "p": [[...], ...]}``, one row
             of ``p`` per query, one column per model.
         """
+        turns = self.predict_in_turns(queries, models, query_groups)
+        return router_thread.run_turns(turns)
+
+    def predict_in_turns(self, queries, models=None, query_groups=None):
+        """:meth:`predict` as turns for the router thread, a few queries a turn."""
         router = self._router
         self._check_batch(queries, "queries")
         query_groups = self._check_query_groups(router, query_groups, queries)
@@ -458,18 +431,25 @@ class RouterService(LearningFromOutcomes):
             self._check_names(router, models, "models")
             index = {name: j for j, name in enumerate(router.classes_.tolist())}
             columns = np.array([index[name] for name in models])
-        try:
-            # Every model, then the columns asked for: the library's answer to
-            # the bit (scoring a subset rounds the matrix product differently).
-            probabilities = router_thread.call(
-                router.predict_correctness, queries, query_groups
-            )
-        except (ValueError, TypeError, KeyError) as error:
-            raise self._encoding_error(error, queries) from None
+        rows = []
+        for turn in _turns(queries):
+            if turn.start:
+                yield  # another client's turn may come first
+            try:
+                # Every model, then the columns asked for: the library's answer
+                # for the turn's queries to the bit (scoring a subset of models
+                # rounds the matrix product differently).
+                probabilities = router.predict_correctness(
+                    queries[turn],
+                    None if query_groups is None else query_groups[turn],
+                )
+            except (ValueError, TypeError, KeyError) as error:
+                raise self._encoding_error(error, queries) from None
+            rows += probabilities[:, columns].astype(np.float64).tolist()
         return {
             "models": [str(name) for name in router.classes_[columns]],
             "queries": list(queries),
-            "p": probabilities[:, columns].astype(np.float64).tolist(),
+            "p": rows,
         }
 
     def models(self):
@@ -706,4 +686,5 @@ class RouterService(LearningFromOutcomes):
             self._publish(changed)
             if self._journal is not None:
                 self._journal.record_removal(name)
+                self._learnt = None  # its outcomes are no longer counted
             return {"model": name, "n_models": int(len(changed.classes_))}
