@@ -490,3 +490,19 @@ def test_a_client_over_its_rate_gets_no_longer_to_send_a_head(served):
     # Closed at its deadline, 1 s after it opened, not after the debt is paid.
     assert time.monotonic() - started < 20
 
+
+def test_a_burst_of_new_connections_waits_in_the_kernel_not_at_the_door():
+    """F16: an accept queue of 64 dropped newcomers' first packets under churn,
+    and each waited a second for its next try (p99 1,092 ms)."""
+    listener = listen("127.0.0.1", 0)  # listening, and accepting nothing yet
+    port = listener.getsockname()[1]
+    waiting = []
+    try:
+        for _ in range(300):
+            connection = socket.create_connection(("127.0.0.1", port), timeout=0.5)
+            waiting.append(connection)  # queued by the kernel, within the timeout
+    finally:
+        for connection in waiting:
+            connection.close()
+        listener.close()
+    assert len(waiting) == 300
