@@ -497,11 +497,18 @@ def test_a_new_model_never_learns_the_outcomes_of_a_removed_namesake(
     assert outcomes_of(service.router)[name] == len(fresh)
     first = data.model_names[0]
     assert outcomes_of(service.router)[first] == outcomes_of(router)[first] + 1
+    # Nor does GET /models count them as the newcomer's (issue 70, F17).
+    listed = {model["name"]: model["n_outcomes"] for model in service.models()}
+    assert (listed[name], listed[first]) == (0, 1)
     service.close()
     # A restart does not hand them over either: the removal is in the journal.
     again = RouterService(service.router, path=router_file, feedback_journal=journal)
     again.fold_all()
     assert outcomes_of(again.router)[name] == len(fresh)
+    # The newcomer's own outcomes are counted from its onboarding on.
+    again.feedback([{"query": data.query_ids[0], "model": name, "score": 1.0}])
+    again.fold_all()
+    assert {m["name"]: m["n_outcomes"] for m in again.models()}[name] == 1
     again.close()
 
 

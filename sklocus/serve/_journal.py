@@ -173,11 +173,16 @@ class FeedbackJournal:
     def counts_through(self, through):
         """How many outcomes each model has among those with ids up to ``through``.
 
-        Returns ``{model: count}``, for the models that have any.
+        Returns ``{model: count}``, for the models that have any. Outcomes of
+        a removed model stay its own: a model served later under its name
+        counts only those journalled after the removal.
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT model, count(*) FROM outcomes WHERE id <= ? GROUP BY model",
+                "SELECT o.model, count(*) FROM outcomes AS o "
+                "LEFT JOIN removals AS r ON r.model = o.model "
+                "WHERE o.id <= ? AND o.id > coalesce(r.through, 0) "
+                "GROUP BY o.model",
                 (through,),
             ).fetchall()
         return dict(rows)
