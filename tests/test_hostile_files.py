@@ -6,6 +6,7 @@ file says, never of whether it was changed.
 
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -178,6 +179,27 @@ def test_non_finite_embeddings_are_refused(saved):
 
     rewrite(saved, lambda header: None, poison)
     with pytest.raises(ModelFileError, match=r"embeddings_ holds NaN or infinite"):
+        sklocus.load(saved)
+
+
+@pytest.mark.parametrize(
+    ("array", "value", "largest"),
+    [("embeddings_", 1e30, "10000"), ("head_biases_", 3e4, "100")],
+)
+def test_absurd_finite_values_are_refused_naming_the_array(
+    saved, array, value, largest
+):
+    """Issue 70, F19: a file with embeddings of 1e30 or offsets of 3e4 loaded
+    and routed every query to one model."""
+    key = f"LocusRouter.{array}"
+
+    def poison(arrays):
+        arrays[key] = arrays[key].copy()
+        arrays[key].flat[1] = value
+
+    rewrite(saved, lambda header: None, poison)
+    message = f"{array} hold a value of magnitude {value:.3g}; a fit gives at most"
+    with pytest.raises(ModelFileError, match=re.escape(f"{message} {largest}")):
         sklocus.load(saved)
 
 

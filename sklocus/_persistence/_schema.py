@@ -24,6 +24,18 @@ from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.nn.training import STOP_REASONS
 
 NONE = type(None)
+# The largest magnitudes a fit gives, with a wide margin: a router's embedding
+# coordinates come out of a layer norm and one linear layer (a few units), and
+# its offsets, biases and query heads are shrunk logits (sigmoid(100) is 1 to
+# double precision). A file beyond them was not written by a fit: its
+# probabilities would be 0 or 1 everywhere, and every query routed alike.
+_LARGEST = {
+    "embeddings_": 1e4,
+    "model_offsets_": 100.0,
+    "group_offsets_": 100.0,
+    "head_weights_": 100.0,
+    "head_biases_": 100.0,
+}
 
 
 @dataclass(frozen=True)
@@ -214,6 +226,8 @@ def inconsistency(estimator):
         ):
             return f"group_offsets_ are not ({rows} models, {len(estimator.groups_)})"
         problem = _learnt_groups_inconsistency(estimator)
+        if problem is None:
+            problem = _implausible_scale(estimator)
         if problem is not None:
             return problem
         calibration = (
@@ -326,4 +340,19 @@ def _learnt_groups_inconsistency(router):
     shape = (len(router.groups_), inner.query_dim_)
     if weights.shape != shape or biases.shape != shape[:1]:
         return f"group_weights_ are not {shape} or group_biases_ not one per group"
+    return None
+
+
+def _implausible_scale(router):
+    """Name the first of a router's arrays that no fit could give, or None."""
+    for name, largest in _LARGEST.items():
+        values = getattr(router, name, None)
+        if values is None or not np.size(values):
+            continue
+        magnitude = float(np.max(np.abs(values)))
+        if magnitude > largest:
+            return (
+                f"{name} hold a value of magnitude {magnitude:.3g}; a fit gives "
+                f"at most {largest:g}"
+            )
     return None
