@@ -27,6 +27,12 @@ from sklocus._validation import shown
 # Rows needed to read a column's scores: fewer cannot describe the covariance of a
 # column with even a handful of queries.
 MIN_SCORED_REFERENCES = 10
+# Columns of full scores one fit reads: each is a row and a column of the joint
+# covariance with every query (the Open LLM Leaderboard's subtasks number 60).
+MAX_SCORE_COLUMNS = 1_000
+# Largest magnitude of a full score: a fraction, a percentage or a rating fits
+# far within it, and the covariance of such scores cannot overflow.
+MAX_SCORE_MAGNITUDE = 1e9
 
 
 def check_reference_scores(scores, n_sets):
@@ -47,6 +53,11 @@ def check_reference_scores(scores, n_sets):
         )
     if scores.shape[1] == 0:
         raise ValueError("scores has no columns; give one column per group")
+    if scores.shape[1] > MAX_SCORE_COLUMNS:
+        raise ValueError(
+            f"scores has {scores.shape[1]:,} columns; at most {MAX_SCORE_COLUMNS:,} "
+            "groups of full scores are read"
+        )
     labels = list(scores.columns)
     if len(set(labels)) != len(labels):
         raise ValueError("scores has a column name twice; name each group once")
@@ -60,11 +71,12 @@ def check_reference_scores(scores, n_sets):
                 f"reference has no score); got dtype {column.dtype}"
             )
         values = column.to_numpy(dtype=np.float64, na_value=np.nan)
-        infinite = np.flatnonzero(np.isinf(values))
-        if len(infinite):
+        absurd = np.flatnonzero(np.abs(values) > MAX_SCORE_MAGNITUDE)
+        if len(absurd):
             raise ValueError(
-                f"scores column {shown(label)} row {int(infinite[0])} is "
-                f"{values[infinite[0]]}; scores must be finite (NaN where unknown)"
+                f"scores column {shown(label)} row {int(absurd[0])} is "
+                f"{values[absurd[0]]:g}; scores must be finite numbers of magnitude "
+                f"at most {MAX_SCORE_MAGNITUDE:g} (NaN where unknown)"
             )
         columns.append(values)
     values = np.column_stack(columns)

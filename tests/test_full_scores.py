@@ -213,6 +213,17 @@ def test_chosen_queries_beat_random_ones_on_the_full_scores(data, fitted):
         (pd.DataFrame({"a": [1.0] * 11 + [np.inf]}), "column 'a' row 11 is inf"),
         (pd.DataFrame({"a": [1.0] * 3 + [np.nan] * 9}), "only 3 reference sets"),
         (pd.DataFrame(index=range(12)), "no columns"),
+        # Issue 70, F20: 1e155 gave NaN intervals (its square overflows), and
+        # 100,000 columns a MemoryError.
+        (
+            pd.DataFrame({"a": [0.5] * 11 + [1e155]}),
+            "column 'a' row 11 is 1e\\+155; scores must be finite numbers of "
+            "magnitude at most 1e\\+09",
+        ),
+        (
+            pd.DataFrame(np.zeros((12, 100_000))),
+            "scores has 100,000 columns; at most 1,000",
+        ),
     ],
 )
 def test_bad_scores_are_refused_by_name(scores, message):

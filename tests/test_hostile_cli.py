@@ -381,6 +381,52 @@ def test_control_characters_in_names_are_refused(
     assert not (folder / "e.csv").exists() and not (folder / "r.csv").exists()
 
 
+def test_csv_cells_a_spreadsheet_would_run_are_quoted(workspace, capsys):
+    """Issue 70, F20: a model named ``=1+1`` was written raw into a CSV."""
+    folder, data = workspace
+    table = pd.read_csv(folder / "evals.csv")
+    first = table["model"][0]
+    table.loc[table["model"] == first, "model"] = "=1+1"
+    table.to_csv(folder / "formula.csv", index=False)
+    result = run(
+        "embed",
+        "model.sklocus",
+        "formula.csv",
+        "-o",
+        "e.csv",
+        cwd=folder,
+        capsys=capsys,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 text(s) starting with =, +, -, @" in result.stderr
+    written = pd.read_csv(folder / "e.csv")["model"].tolist()
+    assert "'=1+1" in written and "=1+1" not in written
+    exact = run(
+        "embed",
+        "model.sklocus",
+        "formula.csv",
+        "-o",
+        "e.parquet",
+        cwd=folder,
+        capsys=capsys,
+    )
+    assert exact.returncode == 0, exact.stderr
+    assert "=1+1" in pd.read_parquet(folder / "e.parquet")["model"].tolist()
+
+
+def test_quoting_for_spreadsheets_leaves_numbers_and_plain_text():
+    frame = pd.DataFrame(
+        {"model": ["a", "-b", "@c", "d=e"], "score": [-1.0, 2.0, 3.0, 4.0]}
+    )
+    safe, quoted = sklocus.cli._tables.spreadsheet_safe(frame)
+    assert safe["model"].tolist() == ["a", "'-b", "'@c", "d=e"]
+    assert safe["score"].tolist() == [-1.0, 2.0, 3.0, 4.0]
+    assert quoted == 2
+    assert frame["model"].tolist() == ["a", "-b", "@c", "d=e"]  # the caller's own
+    renamed, quoted = sklocus.cli._tables.spreadsheet_safe(pd.DataFrame({"=x": [1]}))
+    assert (list(renamed.columns), quoted) == (["'=x"], 1)
+
+
 # -- round 2, N10: what the server keeps is its owner's alone --------------------
 
 

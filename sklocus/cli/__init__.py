@@ -71,3 +71,11 @@ def main(argv=None):
         except KeyboardInterrupt:
             print(f"sklocus {arguments.command}: interrupted", file=sys.stderr)
             return 130
+        except MemoryError:
+            print(
+                f"sklocus {arguments.command}: error: out of memory; this input "
+                "needs more than the machine has (give fewer models, queries or "
+                "score columns)",
+                file=sys.stderr,
+            )
+            return 1

@@ -234,11 +234,58 @@ def require_columns(frame, columns, path):
             )
 
 
+# What a spreadsheet takes for the start of a formula in a CSV cell.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(frame):
+    """Return ``frame`` with each text that a spreadsheet would run quoted.
+
+    A cell (or column name) starting with ``=``, ``+``, ``-``, ``@``, a tab or
+    a carriage return gets a leading ``'``, which spreadsheets show as text
+    (OWASP's advice on CSV injection); numbers are left alone. Also returns
+    how many texts were quoted.
+    """
+
+    def risky(value):
+        return isinstance(value, str) and value.startswith(_FORMULA_STARTS)
+
+    quoted = 0
+    safe = frame
+    for position, column in enumerate(frame.columns):
+        if frame[column].dtype != object and not pd.api.types.is_string_dtype(
+            frame[column]
+        ):
+            continue
+        flags = frame[column].map(risky).to_numpy(dtype=bool)
+        if flags.any():
+            if safe is frame:
+                safe = frame.copy()
+            safe.iloc[flags, position] = "'" + frame[column][flags].astype(str)
+            quoted += int(flags.sum())
+    names = [f"'{name}" if risky(name) else name for name in frame.columns]
+    if names != list(frame.columns):
+        safe = safe.set_axis(names, axis=1)
+        quoted += sum(map(risky, frame.columns))
+    return safe, quoted
+
+
 def write_table(frame, path):
     """Write ``frame`` as CSV or Parquet by the suffix of ``path``, or CSV to stdout.
 
-    Returns the path written, or None for standard output.
+    In CSV, a text a spreadsheet would run as a formula (``=1+1``) is written
+    with a leading ``'``, and standard error says how many were; Parquet holds
+    every value as it is. Returns the path written, or None for standard
+    output.
     """
+    if path is None or _kind(Path(path)) == "csv":
+        frame, quoted = spreadsheet_safe(frame)
+        if quoted:
+            say(
+                f"{quoted} text(s) starting with =, +, -, @, a tab or a carriage "
+                "return were written with a leading ' so that spreadsheets do not "
+                "run them; write Parquet (.parquet) to keep them exactly."
+            )
     if path is None:
         frame.to_csv(sys.stdout, index=False)
         return None
