@@ -549,6 +549,7 @@ def under_flood(kind, server, texts, seconds, queries, models):
     attacker.start()
     assert results.get() == "started"  # its interpreter is up
     pid = server.process.pid
+    memory_before = resident_mb(pid)
     server_cpu, start = cpu_seconds(pid), time.perf_counter()
     kept, fresh, memory = [], [], []
     while attacker.is_alive() and results.empty():
@@ -564,7 +565,7 @@ def under_flood(kind, server, texts, seconds, queries, models):
         "kind": kind,
         "kept": kept,
         "fresh": fresh,
-        "peak memory": max(memory),
+        "memory grown": max(memory) - memory_before,
         "counts": counts,
         "server cores": server_cpu / wall,
         "attacker cores": attacker_cpu / wall,
@@ -653,7 +654,7 @@ def main():
                     kind,
                     percentiles(result["kept"]),
                     percentiles(result["fresh"]),
-                    f"{result['peak memory'] - idle_memory:.0f} MB",
+                    f"{result['memory grown']:+.0f} MB",
                     result["counts"],
                     flush=True,
                 )
@@ -687,7 +688,7 @@ def report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_ta
                 f"({figures[:, 1].min():.1f}-{figures[:, 1].max():.1f}) | "
                 f"{ratios.mean():.2f}x ({ratios.min():.2f}-{ratios.max():.2f})"
             )
-        grown = max(result["peak memory"] for result in results) - idle_memory
+        grown = max(result["memory grown"] for result in results)
         worst["memory"] = max(worst["memory"], grown)
         requests = sum(len(result["kept"]) for result in results)
         rows.append(
@@ -751,8 +752,10 @@ def report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_ta
         "",
         f"Under each flood, {arguments.repeats} runs: the mean of their p50 and "
         "p99, the range of p99 and of its ratio to the idle p99 of the same way "
-        "of connecting, and the server's resident memory at its highest in any "
-        f"run, less its {idle_memory:.0f} MB when idle.",
+        "of connecting, and the most the server's resident memory grew in a run "
+        f"over what it was as the run began ({idle_memory:.0f} MB before the "
+        "first flood; memory freed by Python is not always handed back, so it "
+        "ends higher).",
         "",
         "| routing one query | requests | kept-alive p50 | p99 | p99 / idle | "
         "new connection p50 | p99 | p99 / idle | memory |",

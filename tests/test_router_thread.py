@@ -7,6 +7,7 @@ for the thread's time goes next.
 """
 
 import threading
+import time
 
 import pytest
 
@@ -142,3 +143,20 @@ def test_routings_are_sliced_into_turns_of_a_few_queries():
     # At most 2,000 characters a turn, but never less than one query.
     assert [(s.start, s.stop) for s in _turns(long)] == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert list(_turns([])) == []
+
+
+def test_the_next_turn_goes_to_the_client_whose_turn_would_end_first():
+    """Fair queueing's order: a client's charge plus how long its turns take.
+    A client of short turns goes before one charged a little less whose
+    turns are long (a batch of long texts), rather than wait behind it."""
+    thread = RouterThread()
+    now = time.monotonic()
+    thread._charged = {"short": (0.30, now), "long": (0.25, now)}
+    thread._turn_seconds = {"short": 0.03, "long": 0.19}
+    thread._queues = {
+        client: [type("Queued", (), {"order": order})()]
+        for order, client in enumerate(["long", "short"])
+    }
+    assert thread._next_client() == "short"
+    thread._turn_seconds = {"short": 0.03, "long": 0.03}
+    assert thread._next_client() == "long"  # charged less, turns alike

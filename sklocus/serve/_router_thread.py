@@ -19,13 +19,15 @@ Who goes next: one thread shared by every client must not be held by one of
 them. Work comes as *turns*: a generator whose every ``yield`` is a point where
 the thread may turn to someone else (a routing yields between slices of a few
 queries). Each turn is charged to its client (an address) as the seconds it
-took, a charge that halves every ``_HALF_LIFE`` seconds, and the next turn goes
-to the client with work waiting that has been charged least. A client sending
-one query now and then is charged next to nothing, so it waits for at most the
-turn being computed, however much others have queued; clients that keep the
-thread busy share it. A client's own work is done in the order it came, and
-work whose caller has given up (its future cancelled) is dropped at its next
-turn, never computed.
+took, a charge that halves every ``_HALF_LIFE`` seconds. The next turn goes to
+the client with work waiting whose charge, with the time its turns have been
+taking, is least: fair queueing's order by when each client's next turn would
+end, were each served at its share. A client sending one query now and then is
+charged next to nothing, so it waits for at most the turn being computed,
+however much others have queued; clients that keep the thread busy share it,
+the one with the shorter turns first. A client's own work is done in the order
+it came, and work whose caller has given up (its future cancelled) is dropped
+at its next turn, never computed.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class RouterThread:
         self._ident = None
         self._queues = {}  # client -> deque of _Work, the oldest first
         self._charged = {}  # client -> (seconds, when charged)
+        self._turn_seconds = {}  # client -> how long its turns take, of late
         self._arrivals = itertools.count()
 
     # -- queuing ------------------------------------------------------------------
@@ -195,12 +198,16 @@ class RouterThread:
         return seconds * 0.5 ** ((now - when) / _HALF_LIFE)
 
     def _next_client(self):
-        """Return the client with work waiting charged least (oldest on a tie)."""
+        """Return the client whose next turn would end first (oldest on a tie).
+
+        By its charge plus the time its turns take: a client's next turn
+        would end then, were the thread shared out by charges.
+        """
         now = time.monotonic()
         return min(
             self._queues,
             key=lambda client: (
-                self._charge_now(client, now),
+                self._charge_now(client, now) + self._turn_seconds.get(client, 0.0),
                 self._queues[client][0].order,
             ),
         )
@@ -208,12 +215,15 @@ class RouterThread:
     def _charge(self, client, seconds):
         now = time.monotonic()
         self._charged[client] = (self._charge_now(client, now) + seconds, now)
+        typical = self._turn_seconds.get(client, seconds)
+        self._turn_seconds[client] = (typical + seconds) / 2
         if len(self._charged) > _PRUNE_AT:
             self._charged = {
                 key: (spent, when)
                 for key, (spent, when) in self._charged.items()
                 if key in self._queues or self._charge_now(key, now) >= _FORGOTTEN_BELOW
             }
+            self._turn_seconds = {key: self._turn_seconds[key] for key in self._charged}
 
 
 router_thread = RouterThread()
