@@ -74,6 +74,7 @@ from sklearn.frozen import FrozenEstimator
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
 from sklocus.encoders import SentenceEncoder
+from sklocus.serve import ServerLimits
 
 N_MODELS, N_QUERIES, EVALS_PER_MODEL = 100, 400, 128
 MAX_EVALUATIONS = 2_000
@@ -566,7 +567,7 @@ def under_flood(kind, server, texts, seconds, queries, models):
         "kept": kept,
         "fresh": fresh,
         "memory grown": max(memory) - memory_before,
-        "counts": counts,
+        "counts": {str(key): n for key, n in counts.items()},
         "server cores": server_cpu / wall,
         "attacker cores": attacker_cpu / wall,
     }
@@ -628,7 +629,24 @@ def main():
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--floods", nargs="+", default=FLOODS, choices=FLOODS)
+    parser.add_argument(
+        "--figures",
+        default=None,
+        help="a JSON file to keep the raw figures in, to write the section again "
+        "from with --report-only",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the section from the figures kept by an earlier run",
+    )
     arguments = parser.parse_args()
+    if arguments.report_only and arguments.figures is None:
+        parser.error("--report-only needs --figures")
+    if arguments.report_only:
+        figures = json.loads(Path(arguments.figures).read_text())
+        report(arguments, **figures)
+        return
 
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
@@ -666,10 +684,122 @@ def main():
         upstream.kill()
         log_bytes = log_path.stat().st_size
         log_tail = log_path.read_text(errors="replace").splitlines()[-3:]
-    report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_tail)
+    figures = {
+        "idle": idle,
+        "idle_memory": idle_memory,
+        "floods": floods,
+        "after": after,
+        "alive": alive,
+        "log_bytes": log_bytes,
+        "log_tail": log_tail,
+        "written": {"commit": commit(), "date": str(datetime.date.today())},
+    }
+    if arguments.figures is not None:
+        Path(arguments.figures).write_text(json.dumps(figures))
+    report(arguments, **figures)
 
 
-def report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_tail):
+def interpret(arguments, floods, idle_kept):
+    """Paragraphs that say what held each flood back, with its figures."""
+
+    def last(kind):
+        return floods[kind][-1] if kind in floods else None
+
+    def answered(result):
+        return sum(n for key, n in result["counts"].items() if key.isdigit())
+
+    def per_second(result, key):
+        return result["counts"].get(key, 0) / arguments.seconds
+
+    paragraphs = []
+    single = [kind for kind in ("malformed", "large bodies", "churn") if kind in floods]
+    if single:
+        paragraphs.append(
+            "Floods from one address ("
+            + ", ".join(
+                f"{kind}: {answered(last(kind)):,} answers in its last run"
+                for kind in single
+            )
+            + ") put it over its rate within their first second (a refused "
+            "request, or a connection closed without one, counts as 50 "
+            "requests); after that its connections were not read and new ones "
+            "were refused, so the server's work was accepting and closing "
+            "connections ("
+            + ", ".join(
+                f"{per_second(last(kind), 'connections opened'):,.0f} a second "
+                f"under {kind}"
+                for kind in single
+            )
+            + ")."
+        )
+    slow = [kind for kind in ("slow bodies", "expect") if kind in floods]
+    if slow:
+        paragraphs.append(
+            f"The slow bodies come from {SLOW_ADDRESSES} addresses, each within "
+            "its share of connections: the server holds its 1,000 connections, "
+            "closes each one whose body falls under 1 KiB a second once its head "
+            "is 10 s old, and closes one of them (from the address holding the "
+            "most) for each newcomer, the timed client's new connections "
+            "included ("
+            + ", ".join(
+                f"{per_second(last(kind), 'closed by the server'):,.0f} closed a "
+                f"second under {kind}"
+                for kind in slow
+            )
+            + ")."
+        )
+    if "costly routes" in floods:
+        costly = floods["costly routes"]
+        p50 = np.mean([percentiles(result["kept"])[0] for result in costly])
+        paragraphs.append(
+            f"Under costly routes, {COSTLY_QUERIES} texts of "
+            f"{COSTLY_CHARACTERS:,} characters per request come to "
+            f"{COSTLY_QUERIES * COSTLY_CHARACTERS / ServerLimits().text_rate:.1f} s "
+            "of an address's default work budget "
+            f"({ServerLimits().text_rate:,.0f} characters a second), so "
+            f"127.0.3.1 was answered {answered(last('costly routes'))} time(s) in "
+            "its last run, and each request's texts took turns on the router "
+            "thread with the timed client's. Its routing then waits for the turn "
+            "being computed, one long text (all-MiniLM-L6-v2 encodes one of a "
+            "few thousand characters, cut to its longest input, in about 190 ms "
+            f"on one core): p50 {p50:.0f} ms against {idle_kept[0]:.0f} ms idle. "
+            "A turn is not cut shorter than one text; doing better needs a "
+            "second thread computing beside the first, which on 2 cores slows "
+            "every routing (sklocus.serve._router_thread). Spread over 8 "
+            "addresses, the flood has 8 shares of the thread, and the timed "
+            "client's short turns still go first."
+        )
+    spread = "churn, 200 addresses"
+    if spread in floods:
+        opened = per_second(last(spread), "connections opened")
+        paragraphs.append(
+            f"Churn from {CHURN_ADDRESSES} addresses keeps each within its limits "
+            f"(about {opened / CHURN_ADDRESSES:.0f} connections a second each) "
+            f"while together they ask for {opened:,.0f} connections "
+            "and answers a second, all the event loop can give: a new connection "
+            "waits in the kernel's queue behind the flood's, and a kept one's "
+            "request behind their requests. As with the idle sockets, per-address "
+            "limits cannot tell such a flood from many clients: it needs limits "
+            "in front of the server (a firewall's rate of new connections per "
+            "address range, a proxy)."
+        )
+    if "endless upstream" in floods:
+        result = last("endless upstream")
+        gigabytes = result["counts"].get("bytes read", 0) / 1e9
+        paragraphs.append(
+            "Under the endless upstream, every answer was cut at 16 MiB (a JSON "
+            "answer refused with 502, a stream ended with an error event): the "
+            f"flood read {gigabytes:.1f} GB through the proxy in its last run, "
+            "while the server's memory grew by at most "
+            f"{max(r['memory grown'] for r in floods['endless upstream']):.0f} "
+            "MB; each JSON answer in flight is held whole, up to the cap."
+        )
+    return [line for paragraph in paragraphs for line in (paragraph, "")][:-1]
+
+
+def report(
+    arguments, idle, idle_memory, floods, after, alive, log_bytes, log_tail, written
+):
     """Write the section of ``--out``."""
     idle_kept = percentiles([k for k, _ in idle])
     idle_fresh = percentiles([f for _, f in idle])
@@ -702,6 +832,7 @@ def report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_ta
             f"{max(r['log bytes'] for r in results):,} bytes at most in a run "
             "besides the timed client's access lines."
         )
+    reading = interpret(arguments, floods, idle_kept)
     met = (
         worst["kept"] <= 2
         and worst["fresh"] <= 3
@@ -711,8 +842,9 @@ def report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_ta
     lines = [
         "## Serving under hostile load: routing while clients flood the server",
         "",
-        f"Written by `python benchmarks/serve_hostile.py` at commit {commit()} on "
-        f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Written by `python benchmarks/serve_hostile.py` at commit "
+        f"{written['commit']} on {written['date']}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} torch thread(s) in the benchmark "
         f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), torch "
         f"{torch.__version__}, uvicorn's {parser} parser. `sklocus serve` (one "
@@ -769,6 +901,8 @@ def report(arguments, idle, idle_memory, floods, after, alive, log_bytes, log_ta
         f"{after_fresh[1] / idle_fresh[1]:.2f}x | |",
         "",
         *notes,
+        "",
+        *reading,
         "",
         f"The server still served {alive['n_models']} models after; its whole log "
         f"came to {log_bytes:,} bytes (last line: `{log_tail[-1][:160]}`).",
