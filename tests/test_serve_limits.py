@@ -506,3 +506,41 @@ def test_a_burst_of_new_connections_waits_in_the_kernel_not_at_the_door():
             connection.close()
         listener.close()
     assert len(waiting) == 300
+
+
+def test_a_newcomer_closes_a_waiting_connection_of_the_address_holding_most():
+    """The choice a full server makes for each newcomer, in the guard's order:
+    the address with the most connections, then one that never sent a
+    request, then one sending a body, then an idle one, the longest waiting
+    first."""
+    from sklocus.serve._guard import ConnectionGuard
+
+    class Connection:
+        def __init__(self, client):
+            self.client = client
+
+        def __repr__(self):
+            return f"{self.client}#{id(self) % 1000}"
+
+    guard = ConnectionGuard(ServerLimits(rate=0))
+    opened = {}
+    for client, n in [("flood", 3), ("other", 2), ("kept", 1)]:
+        opened[client] = [Connection(client) for _ in range(n)]
+        for connection in opened[client]:
+            assert guard.admit(connection)
+    first, second, third = opened["flood"]
+    guard.idle(first)
+    guard.sending_body(second)
+    guard.busy(third)
+    # The flood holds the most: its body before its idle connection, though
+    # "other" has connections that never sent a request.
+    assert guard._making_way() is second
+    guard.busy(second)
+    assert guard._making_way() is first
+    guard.release(first)  # now 2 each: "other"'s unused ones go first
+    assert guard._making_way() is opened["other"][0]
+    for connection in opened["other"]:
+        guard.busy(connection)
+    assert guard._making_way() is opened["kept"][0]
+    guard.busy(opened["kept"][0])
+    assert guard._making_way() is None  # every connection is busy

@@ -85,11 +85,15 @@ class ConnectionGuard:
             text_rate=limits.text_rate,
         )
         self._open = 0
-        self._per_client = collections.Counter()
+        self._per_client = {}  # address -> connections open
+        # Addresses by how many connections each holds, in the order each
+        # came to that many.
+        self._holding = collections.defaultdict(dict)
         # Connections waiting on their client (for a request, or the rest of
-        # a body) and why, the longest waiting first: those a newcomer may
-        # take the place of.
+        # a body) and why: those a newcomer may take the place of. By address
+        # and why, the longest waiting first.
         self._waiting = {}
+        self._waiting_of = {}
 
     def protocol(self, inner):
         """Wrap a protocol class (or factory) so its connections are guarded.
@@ -112,7 +116,7 @@ class ConnectionGuard:
         if self.budgets.over_rate(client):
             logger.warning("refused a connection from %s: it is over its rate", client)
             return False
-        if self._per_client[client] >= limits.max_client_connections:
+        if self._per_client.get(client, 0) >= limits.max_client_connections:
             logger.warning(
                 "refused a connection from %s: it has %d open, the most one "
                 "address may have",
@@ -138,8 +142,8 @@ class ConnectionGuard:
             )
             making_way.close()
         self._open += 1
-        self._per_client[client] += 1
-        self._waiting[connection] = _UNUSED
+        self._count(client, 1)
+        self._wait(connection, _UNUSED)
         return True
 
     def _making_way(self):
@@ -148,36 +152,62 @@ class ConnectionGuard:
         One waiting on its client, from the address that holds the most
         connections (a flood's, rather than a client's kept connection): of
         those, one that never sent a request, then one sending a body, then
-        an idle one, the longest waiting first.
+        an idle one, the longest waiting first. It takes a step for each
+        count of connections an address holds (at most
+        ``max_client_connections``), not for each connection: it runs for
+        every newcomer while a flood fills the server.
         """
-        chosen, chosen_rank = None, None
-        for connection, waiting_for in self._waiting.items():  # longest first
-            rank = (self._per_client[connection.client], -waiting_for)
-            if chosen_rank is None or rank > chosen_rank:
-                chosen, chosen_rank = connection, rank
-        return chosen
+        for count in sorted(self._holding, reverse=True):
+            holding = self._holding[count]
+            for why in (_UNUSED, _SENDING_BODY, _IDLE):
+                for client in holding:
+                    waiting = self._waiting_of.get(client)
+                    if waiting is not None and waiting[why]:
+                        return next(iter(waiting[why]))
+        return None
 
     def release(self, connection):
         """Count a closed connection out."""
         self.busy(connection)
         self._open -= 1
-        self._per_client[connection.client] -= 1
-        if not self._per_client[connection.client]:
-            del self._per_client[connection.client]
+        self._count(connection.client, -1)
 
     def busy(self, connection):
         """Mark a connection as answering: it is not closed for a newcomer."""
-        self._waiting.pop(connection, None)
+        why = self._waiting.pop(connection, None)
+        if why is None:
+            return
+        waiting = self._waiting_of[connection.client]
+        del waiting[why][connection]
+        if not any(waiting):
+            del self._waiting_of[connection.client]
 
     def sending_body(self, connection):
         """Mark a connection as waiting for the rest of a request's body."""
-        self._waiting.pop(connection, None)
-        self._waiting[connection] = _SENDING_BODY
+        self.busy(connection)
+        self._wait(connection, _SENDING_BODY)
 
     def idle(self, connection):
         """Mark a connection as waiting for its next request, the latest to."""
-        self._waiting.pop(connection, None)
-        self._waiting[connection] = _IDLE
+        self.busy(connection)
+        self._wait(connection, _IDLE)
+
+    def _wait(self, connection, why):
+        self._waiting[connection] = why
+        waiting = self._waiting_of.setdefault(connection.client, ({}, {}, {}))
+        waiting[why][connection] = None
+
+    def _count(self, client, change):
+        """Count ``change`` connections more from ``client``."""
+        count = self._per_client.pop(client, 0)
+        if count:
+            del self._holding[count][client]
+            if not self._holding[count]:
+                del self._holding[count]
+        count += change
+        if count:
+            self._per_client[client] = count
+            self._holding[count][client] = None
 
 
 class _ReadControl:
