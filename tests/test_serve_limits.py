@@ -11,6 +11,7 @@ beyond what the server should take.
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 
@@ -506,6 +507,20 @@ def test_a_burst_of_new_connections_waits_in_the_kernel_not_at_the_door():
             connection.close()
         listener.close()
     assert len(waiting) == 300
+
+
+def queue_length(listener):
+    """The kernel's queue length of a listening socket (Linux's TCP_INFO)."""
+    info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    # tcpi_sacked, 6th 32-bit field after 8 bytes: the listener's max backlog
+    return int.from_bytes(info[28:32], sys.byteorder)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's TCP_INFO")
+def test_a_served_listener_keeps_its_long_queue(served):
+    """asyncio sets the queue to the batch it accepts at once (64); the server
+    makes it long again once serving."""
+    assert queue_length(served.listener) == 1024
 
 
 def test_a_newcomer_closes_a_waiting_connection_of_the_address_holding_most():

@@ -94,11 +94,13 @@ def listen(host="127.0.0.1", port=8000):
     return listener
 
 
-# The kernel's queue of connections not yet accepted, and the most accepted in
-# one turn of the event loop. A full queue drops a newcomer's first packet,
-# which it sends again a second later: with 64, clients opening a connection
-# per request waited 1.1 s (p99) while a flood opened and closed connections.
-# A turn of 1,024 accepts holds other work up for milliseconds.
+# The most connections accepted in one turn of the event loop: a flood of new
+# connections holds up other work for one batch.
+_ACCEPTED_AT_ONCE = 64
+# The kernel's queue of connections not yet accepted. A full queue drops a
+# newcomer's first packet, which it sends again a second later: with 64,
+# clients opening a connection per request waited 1.1 s (p99) while a flood
+# opened and closed connections.
 _BACKLOG = 1024
 # Collections of the middle generation between two full ones (Python's
 # default is 10).
@@ -141,7 +143,7 @@ def server(service, *, token=None, limits=None, log_level="info", upstreams=None
         workers=1,
         proxy_headers=False,
         server_header=False,
-        backlog=_BACKLOG,
+        backlog=_ACCEPTED_AT_ONCE,
         # The guard closes a connection idle past header_timeout; uvicorn's own
         # keep-alive timer (5 s by default) would close one whose next request
         # the guard holds back while its client is over its rate or budget.
@@ -151,7 +153,26 @@ def server(service, *, token=None, limits=None, log_level="info", upstreams=None
     config.http_protocol_class = ConnectionGuard(limits).protocol(
         config.http_protocol_class
     )
-    return uvicorn.Server(config)
+    return _with_long_queue(config)
+
+
+def _with_long_queue(config):
+    """Return uvicorn's server for ``config``, its listeners' queue made long.
+
+    asyncio accepts as many connections in one turn of the event loop as the
+    queue it asks the kernel for (``config.backlog``); once serving, the
+    queue is made longer, so that a burst of newcomers waits in it rather than
+    being dropped, while each turn still accepts a batch.
+    """
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            for listener in sockets or ():
+                listener.listen(_BACKLOG)
+
+    return Server(config)
 
 
 def run(
