@@ -145,18 +145,61 @@ def test_routings_are_sliced_into_turns_of_a_few_queries():
     assert list(_turns([])) == []
 
 
+def queued(*clients):
+    """Queues holding one work each for ``clients``, the first the oldest."""
+    return {
+        client: [type("Queued", (), {"order": order})()]
+        for order, client in enumerate(clients)
+    }
+
+
 def test_the_next_turn_goes_to_the_client_whose_turn_would_end_first():
-    """Fair queueing's order: a client's charge plus how long its turns take.
-    A client of short turns goes before one charged a little less whose
+    """Fair queueing's order: a client's start tag plus how long its turns
+    take. A client of short turns goes before one a little ahead of it whose
     turns are long (a batch of long texts), rather than wait behind it."""
     thread = RouterThread()
-    now = time.monotonic()
-    thread._charged = {"short": (0.30, now), "long": (0.25, now)}
+    thread._virtual = 1.0
+    thread._finish = {"short": 1.10, "long": 1.05}
     thread._turn_seconds = {"short": 0.03, "long": 0.19}
-    thread._queues = {
-        client: [type("Queued", (), {"order": order})()]
-        for order, client in enumerate(["long", "short"])
-    }
+    thread._queues = queued("long", "short")
     assert thread._next_client() == "short"
     thread._turn_seconds = {"short": 0.03, "long": 0.03}
-    assert thread._next_client() == "long"  # charged less, turns alike
+    assert thread._next_client() == "long"  # ahead, and turns alike
+
+
+def test_a_client_not_seen_before_is_taken_to_have_typical_turns():
+    """A flood from new addresses: with turns taken to be none, each went
+    first once, before the client it found waiting."""
+    thread = RouterThread()
+    thread._virtual = 1.0
+    thread._finish = {"known": 1.10}
+    thread._turn_seconds = {"known": 0.03, "flood": 0.19}
+    thread._typical_turn = 0.17
+    thread._queues = queued("new", "known")
+    assert thread._next_client() == "known"  # 1.13 against 1.0 + 0.17
+    thread._finish = {"known": 1.30}
+    assert thread._next_client() == "new"
+
+
+def test_time_used_alone_is_not_held_against_a_client():
+    """A client that kept the thread busy while no one else wanted it shares
+    it equally with a newcomer, rather than waiting while the newcomer
+    catches up (80 ms of its own, here, with a charge that decayed)."""
+    thread, log = RouterThread(), []
+    started = threading.Event()
+
+    def steady(name, turns):
+        for turn in range(turns):
+            if turn == 40:
+                started.set()
+            time.sleep(0.002)
+            log.append(name)
+            yield
+
+    alone = thread.submit_turns(steady("alone", 200), client="alone")
+    assert started.wait(PATIENCE)
+    newcomer = thread.submit_turns(steady("new", 20), client="new")
+    newcomer.result(PATIENCE)
+    alone.result(PATIENCE)
+    after = log[log.index("new") :]
+    assert "alone" in after[:4], after[:24]

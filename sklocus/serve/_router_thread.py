@@ -18,16 +18,21 @@ so ``sklocus serve EMBEDDER EVALS`` builds its router on the router thread.
 Who goes next: one thread shared by every client must not be held by one of
 them. Work comes as *turns*: a generator whose every ``yield`` is a point where
 the thread may turn to someone else (a routing yields between slices of a few
-queries). Each turn is charged to its client (an address) as the seconds it
-took, a charge that halves every ``_HALF_LIFE`` seconds. The next turn goes to
-the client with work waiting whose charge, with the time its turns have been
-taking, is least: fair queueing's order by when each client's next turn would
-end, were each served at its share. A client sending one query now and then is
-charged next to nothing, so it waits for at most the turn being computed,
-however much others have queued; clients that keep the thread busy share it,
-the one with the shorter turns first. A client's own work is done in the order
-it came, and work whose caller has given up (its future cancelled) is dropped
-at its next turn, never computed.
+queries). Turns are ordered by start-time fair queueing (Goyal, Vin and Cheng,
+1996), by client (an address): each client has a finish tag, the virtual time
+at which its turns so far would have ended were the thread shared equally by
+the clients with work waiting. A client's next turn starts at the later of its
+finish tag and the virtual time (the start of the turn being computed), and
+the next turn goes to the client whose turn would end first: its start plus
+how long its turns have been taking (for a client not seen of late, as long as
+clients' turns have been taking). So a client with work after a pause starts
+at the present, neither banking the time it did not use nor paying for time it
+used while no one else wanted the thread; a client sending one query now and
+then waits for at most the turn being computed, however much others have
+queued; and clients that keep the thread busy share it equally, the shorter
+turns first. A client's own work is done in the order it came, and work whose
+caller has given up (its future cancelled) is dropped at its next turn, never
+computed.
 """
 
 from __future__ import annotations
@@ -41,12 +46,11 @@ import threading
 import time
 from concurrent.futures import Future
 
-# Seconds after which a client's charge for the router thread's time counts
-# half: long enough to tell a flood from a client, short enough that a client
-# that stops is soon first again.
-_HALF_LIFE = 1.0
-# Charges below this many seconds are forgotten, once this many are kept.
-_FORGOTTEN_BELOW, _PRUNE_AT = 1e-4, 1_000
+# Clients whose finish tags the virtual time has passed are forgotten once
+# this many are kept (they would start at the virtual time anyway).
+_PRUNE_AT = 1_000
+# The weight of each client turn in the typical length of one.
+_TYPICAL_WEIGHT = 0.1
 
 
 def one_turn(function, /, *args, **kwargs):
@@ -104,8 +108,10 @@ class RouterThread:
         self._thread = None
         self._ident = None
         self._queues = {}  # client -> deque of _Work, the oldest first
-        self._charged = {}  # client -> (seconds, when charged)
+        self._virtual = 0.0  # the start tag of the turn being computed
+        self._finish = {}  # client -> its finish tag
         self._turn_seconds = {}  # client -> how long its turns take, of late
+        self._typical_turn = 0.0  # how long clients' turns take, of late
         self._arrivals = itertools.count()
 
     # -- queuing ------------------------------------------------------------------
@@ -182,48 +188,50 @@ class RouterThread:
                     self._lock.wait()
                 client = self._next_client()
                 work = self._queues[client][0]
+                start_tag = self._virtual = self._start_tag(client)
             start = time.perf_counter()
             done = work.take_turn()
             took = time.perf_counter() - start
             with self._lock:
-                self._charge(client, took)
+                self._served(client, start_tag, took)
                 if done:
                     queue = self._queues[client]
                     queue.popleft()
                     if not queue:
                         del self._queues[client]
 
-    def _charge_now(self, client, now):
-        seconds, when = self._charged.get(client, (0.0, now))
-        return seconds * 0.5 ** ((now - when) / _HALF_LIFE)
+    def _start_tag(self, client):
+        return max(self._virtual, self._finish.get(client, 0.0))
 
     def _next_client(self):
-        """Return the client whose next turn would end first (oldest on a tie).
-
-        By its charge plus the time its turns take: a client's next turn
-        would end then, were the thread shared out by charges.
-        """
-        now = time.monotonic()
+        """Return the client whose next turn would end first (oldest on a tie)."""
+        typical = self._typical_turn
         return min(
             self._queues,
             key=lambda client: (
-                self._charge_now(client, now) + self._turn_seconds.get(client, 0.0),
+                self._start_tag(client) + self._turn_seconds.get(client, typical),
                 self._queues[client][0].order,
             ),
         )
 
-    def _charge(self, client, seconds):
-        now = time.monotonic()
-        self._charged[client] = (self._charge_now(client, now) + seconds, now)
+    def _served(self, client, start_tag, seconds):
+        """Count a turn of ``seconds`` that started at ``start_tag``."""
+        self._finish[client] = start_tag + seconds
         typical = self._turn_seconds.get(client, seconds)
         self._turn_seconds[client] = (typical + seconds) / 2
-        if len(self._charged) > _PRUNE_AT:
-            self._charged = {
-                key: (spent, when)
-                for key, (spent, when) in self._charged.items()
-                if key in self._queues or self._charge_now(key, now) >= _FORGOTTEN_BELOW
+        if client is not None:  # the process's own work (a warm-up) aside
+            self._typical_turn += _TYPICAL_WEIGHT * (seconds - self._typical_turn)
+        if len(self._finish) > _PRUNE_AT:
+            self._finish = {
+                key: tag
+                for key, tag in self._finish.items()
+                if tag > self._virtual or key in self._queues
             }
-            self._turn_seconds = {key: self._turn_seconds[key] for key in self._charged}
+            self._turn_seconds = {
+                key: self._turn_seconds[key]
+                for key in self._finish
+                if key in self._turn_seconds
+            }
 
 
 router_thread = RouterThread()
