@@ -781,7 +781,10 @@ def interpret(arguments, floods, idle_kept):
             "request behind their requests. As with the idle sockets, per-address "
             "limits cannot tell such a flood from many clients: it needs limits "
             "in front of the server (a firewall's rate of new connections per "
-            "address range, a proxy)."
+            "address range, a proxy). Each of its answered requests is an access "
+            "line at `--log-level info`: "
+            f"{max(r['log bytes'] for r in floods[spread]):,} bytes in a run, most "
+            "of the log (a server facing such traffic logs at `warning`)."
         )
     if "endless upstream" in floods:
         result = last("endless upstream")
