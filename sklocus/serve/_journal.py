@@ -20,11 +20,11 @@ another file (its hash differs from the one recorded) is refused at start.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
-import stat
 import threading
 from pathlib import Path
+
+from sklocus.serve._private_files import PrivateFileError, create_private
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outcomes (
@@ -48,43 +48,6 @@ CREATE TABLE IF NOT EXISTS removals (
 
 class JournalError(RuntimeError):
     """A journal that cannot serve the model file it was opened for."""
-
-
-def _create_private(path):
-    """Create ``path`` empty, readable and writable by its owner alone, if missing.
-
-    The journal holds every query text it is sent; SQLite gives the ``-wal``
-    and ``-shm`` files it makes beside it the database file's permissions. So
-    an existing journal (and its ``-wal`` and ``-shm``) that others may read
-    or write is refused, as is a link to a file that does not exist (which
-    SQLite would create wherever it points).
-    """
-    if path.is_symlink() and not path.exists():
-        raise JournalError(
-            f"{path} is a link to {os.readlink(path)}, which does not exist; give "
-            "the journal's own path"
-        )
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise JournalError(
-            f"{path}: cannot create the feedback journal ({error})"
-        ) from None
-    if os.name != "posix":
-        return
-    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            mode = file.stat().st_mode
-        except FileNotFoundError:
-            continue
-        if mode & 0o077:
-            raise JournalError(
-                f"{file} may be read or written by others (mode "
-                f"{stat.S_IMODE(mode):04o}); the journal holds every query it is "
-                f"sent, and outcomes written there are learnt: chmod 600 {file}"
-            )
 
 
 def _roll_back(db):
@@ -125,7 +88,10 @@ class FeedbackJournal:
         if self.path.is_dir():
             raise JournalError(f"{self.path} is a folder, not a feedback journal")
         self._lock = threading.Lock()
-        _create_private(self.path)
+        try:
+            create_private(self.path, "feedback journal")
+        except PrivateFileError as error:
+            raise JournalError(str(error)) from None
         try:
             self._db = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None
