@@ -72,3 +72,37 @@ def pytest_xdist_make_scheduler(config, log):
             return nodeid if _is_example(nodeid) else nodeid.split("::", 1)[0]
 
     return FileScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def postgresql_server():
+    """A throwaway PostgreSQL server for the session; required in CI.
+
+    Started from the installed server binaries (tests/postgresql_server.py),
+    which .ci/run installs where they are missing.
+    """
+    from postgresql_server import ThrowawayServer, binaries
+
+    if binaries() is None:
+        message = "no PostgreSQL server binaries (apt-get install postgresql)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but there are {message}")
+        pytest.skip(f"there are {message}")
+    server = ThrowawayServer(fsync=False).start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def postgresql_database(postgresql_server):
+    """The URI of a new, empty database on the session's PostgreSQL server."""
+    import secrets
+
+    import psycopg
+
+    name = f"test_{secrets.token_hex(6)}"
+    with psycopg.connect(postgresql_server.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgresql_server.url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgresql_server.url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
