@@ -74,7 +74,37 @@ def check_outcomes(router, outcomes, request_error):
                     (*where, "query_group"), "a query_group is a string, or null"
                 )
         rows.append((query, model, float(score), group))
+    known = getattr(query_encoder(router), "queries", None)
+    if known is not None:  # a precomputed encoder encodes only its own ids
+        table = set(known)
+        for position, (query, *_) in enumerate(rows):
+            if query not in table:
+                raise request_error(
+                    ("outcomes", position, "query"),
+                    f"{shorten(query)} is not a query the router's precomputed "
+                    "encoder knows",
+                )
     return rows
+
+
+def learn_outcomes(router, outcomes):
+    """Learn ``(query, model, score, group)`` outcomes in one partial fit.
+
+    Models are found by name in ``router``: outcomes of a model it does not
+    serve (removed since they were sent) are passed over.
+    """
+    index = {name: j for j, name in enumerate(router.classes_.tolist())}
+    kept = [outcome for outcome in outcomes if outcome[1] in index]
+    group_of = None
+    if router.group_offsets_ is not None:
+        group_of = {query: group for query, _, _, group in kept if group is not None}
+    router._learn(
+        np.array([index[outcome[1]] for outcome in kept], dtype=np.int64),
+        [outcome[0] for outcome in kept],
+        np.array([outcome[2] for outcome in kept], dtype=np.float64),
+        group_of,
+        check_groups=False,
+    )
 
 
 class Folder:
@@ -189,18 +219,7 @@ class LearningFromOutcomes:
                 ("outcomes",), f"outcomes is a {type(outcomes).__name__}; give a list"
             )
         check_item_count("outcomes", outcomes, self.max_feedback)
-        router = self._router
-        rows = check_outcomes(router, outcomes, RequestError)
-        known = getattr(query_encoder(router), "queries", None)
-        if known is not None:  # a precomputed encoder encodes only its own ids
-            table = set(known)
-            for position, (query, *_) in enumerate(rows):
-                if query not in table:
-                    raise RequestError(
-                        ("outcomes", position, "query"),
-                        f"{shorten(query)} is not a query the router's precomputed "
-                        "encoder knows",
-                    )
+        rows = check_outcomes(self._router, outcomes, RequestError)
         try:
             through = self._journal.append(rows)
         except sqlite3.Error as error:  # disk full, file size limit, I/O error
@@ -264,26 +283,10 @@ class LearningFromOutcomes:
             # Outcomes of a model since removed stay its own, whoever is later
             # onboarded under its name.
             removed = self._journal.removals()
-            own = [row for row in rows if row[0] > removed.get(row[2], 0)]
-
-            def learn(router):
-                # Read by name in the copy: a model removed since the journal
-                # was read is passed over, and the others are found where the
-                # copy has them.
-                index = {name: j for j, name in enumerate(router.classes_.tolist())}
-                kept = [row for row in own if row[2] in index]
-                group_of = None
-                if router.group_offsets_ is not None:
-                    group_of = {row[1]: row[4] for row in kept if row[4] is not None}
-                router._learn(
-                    np.array([index[row[2]] for row in kept], dtype=np.int64),
-                    [row[1] for row in kept],
-                    np.array([row[3] for row in kept], dtype=np.float64),
-                    group_of,
-                    check_groups=False,
-                )
-
-            self._change(learn, folded=through)
+            own = [row[1:] for row in rows if row[0] > removed.get(row[2], 0)]
+            # Learnt by name in the copy: a model removed since the journal
+            # was read is passed over.
+            self._change(lambda router: learn_outcomes(router, own), folded=through)
             return len(rows)
 
     def fold_all(self, max_outcomes=100_000):
