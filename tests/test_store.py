@@ -137,9 +137,12 @@ def test_a_snapshot_is_written_by_the_lease_holder_alone(location):
         assert not two.try_lease() and not two.holds_lease
         assert one.try_lease()  # held already
         for through in (3, 5, 9):
-            one.save_snapshot(f"model through {through}".encode(), through)
+            one.save_snapshot(
+                f"model through {through}".encode(), through, {"learnt": {"m": through}}
+            )
         latest = two.latest_snapshot()
         assert (latest.through, latest.content) == (9, b"model through 9")
+        assert latest.state == {"learnt": {"m": 9}}
         one.release_lease()
         assert two.try_lease()
         two.save_snapshot(b"model through 11", 11)

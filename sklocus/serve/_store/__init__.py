@@ -37,9 +37,10 @@ machines, with psycopg 3). :func:`open_store` picks one from a location.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "KINDS",
@@ -140,11 +141,16 @@ COLUMNS = ("kind", "model", "query", "score", "query_group", "body")
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A model file's bytes, and the id of the last log entry they hold."""
+    """A model file's bytes, and the id of the last log entry they hold.
+
+    ``state`` is what a replica keeps beside the router, as JSON-ready data
+    (how many outcomes each model has learnt).
+    """
 
     through: int
     sha256: str
     content: bytes
+    state: dict = field(default_factory=dict)
 
     def check(self):
         """Return the snapshot; raise StoreError when its bytes are not its hash's."""
@@ -156,6 +162,21 @@ class Snapshot:
                 "with"
             )
         return self
+
+
+def snapshot_of(row):
+    """Make a checked Snapshot of a row ``(through, sha256, content, state)``."""
+    through, digest, content, state = row
+    try:
+        state = json.loads(state)
+    except (TypeError, ValueError):
+        state = None
+    if not isinstance(state, dict):
+        raise StoreError(
+            f"the snapshot through #{through} has a state that is not a JSON "
+            "object: the store was written by something else than sklocus"
+        )
+    return Snapshot(int(through), digest, bytes(content), state).check()
 
 
 def sha256(content):
@@ -199,8 +220,10 @@ class Store:
         """Return the latest snapshot, checked against its hash; None before any."""
         raise NotImplementedError
 
-    def save_snapshot(self, content, through):
+    def save_snapshot(self, content, through, state=None):
         """Keep ``content`` as the snapshot through id ``through``; return it.
+
+        ``state``, JSON-ready data, is kept beside it (:class:`Snapshot`).
 
         Needs the lease (LeaseLost otherwise). Written in one transaction: a
         process killed meanwhile leaves the previous snapshot the latest. The

@@ -17,6 +17,7 @@ server answers.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 
 from sklocus.serve._store import (
@@ -30,6 +31,7 @@ from sklocus.serve._store import (
     entry,
     redacted,
     sha256,
+    snapshot_of,
 )
 
 # Seconds to wait for the server to accept a connection.
@@ -61,6 +63,7 @@ _SCHEMA = [
     "ON sklocus_log (request_key) WHERE request_key IS NOT NULL",
     "CREATE TABLE IF NOT EXISTS sklocus_snapshots ("
     "through BIGINT PRIMARY KEY, sha256 TEXT NOT NULL, content BYTEA NOT NULL, "
+    "state TEXT NOT NULL DEFAULT '{}', "
     "written_at TIMESTAMPTZ NOT NULL DEFAULT now())",
 ]
 
@@ -207,17 +210,16 @@ class PostgreSQLStore(Store):
     def latest_snapshot(self):
         row = self._run(
             lambda connection: connection.execute(
-                "SELECT through, sha256, content FROM sklocus_snapshots "
+                "SELECT through, sha256, content, state FROM sklocus_snapshots "
                 "ORDER BY through DESC LIMIT 1"
             ).fetchone()
         )
         if row is None:
             return None
-        through, digest, content = row
-        return Snapshot(int(through), digest, bytes(content)).check()
+        return snapshot_of(row)
 
-    def save_snapshot(self, content, through):
-        snapshot = Snapshot(int(through), sha256(content), bytes(content))
+    def save_snapshot(self, content, through, state=None):
+        snapshot = Snapshot(int(through), sha256(content), bytes(content), state or {})
         with self._lease_lock:
             if self._lease is None:
                 raise LeaseLost(
@@ -227,11 +229,17 @@ class PostgreSQLStore(Store):
             try:
                 with self._lease.transaction():
                     self._lease.execute(
-                        "INSERT INTO sklocus_snapshots (through, sha256, content) "
-                        "VALUES (%s, %s, %s) ON CONFLICT (through) DO UPDATE SET "
-                        "sha256 = excluded.sha256, content = excluded.content, "
+                        "INSERT INTO sklocus_snapshots (through, sha256, content, "
+                        "state) VALUES (%s, %s, %s, %s) ON CONFLICT (through) "
+                        "DO UPDATE SET sha256 = excluded.sha256, "
+                        "content = excluded.content, state = excluded.state, "
                         "written_at = now()",
-                        (snapshot.through, snapshot.sha256, snapshot.content),
+                        (
+                            snapshot.through,
+                            snapshot.sha256,
+                            snapshot.content,
+                            json.dumps(snapshot.state),
+                        ),
                     )
                     self._lease.execute(
                         "DELETE FROM sklocus_snapshots WHERE through NOT IN (SELECT "

@@ -10,6 +10,7 @@ which the kernel releases when the process holding it ends, however it ends.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import sqlite3
 import threading
@@ -26,6 +27,7 @@ from sklocus.serve._store import (
     StoreUnavailable,
     entry,
     sha256,
+    snapshot_of,
 )
 
 # How long a write waits for another process's write before giving up.
@@ -52,7 +54,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS log_request_key ON log (request_key)
 CREATE TABLE IF NOT EXISTS snapshots (
     through INTEGER PRIMARY KEY,
     sha256 TEXT NOT NULL,
-    content BLOB NOT NULL
+    content BLOB NOT NULL,
+    state TEXT NOT NULL DEFAULT '{{}}'
 );
 """
 
@@ -180,29 +183,33 @@ class SQLiteStore(Store):
 
     def latest_snapshot(self):
         rows = self._read(
-            "SELECT through, sha256, content FROM snapshots "
+            "SELECT through, sha256, content, state FROM snapshots "
             "ORDER BY through DESC LIMIT 1"
         )
         if not rows:
             return None
-        through, digest, content = rows[0]
-        return Snapshot(int(through), digest, bytes(content)).check()
+        return snapshot_of(rows[0])
 
-    def save_snapshot(self, content, through):
+    def save_snapshot(self, content, through, state=None):
         if not self.holds_lease:
             raise LeaseLost(
                 f"the store {self.location}: a snapshot is written by the lease's "
                 "holder, and this replica does not hold it"
             )
-        snapshot = Snapshot(int(through), sha256(content), bytes(content))
+        snapshot = Snapshot(int(through), sha256(content), bytes(content), state or {})
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     self._db.execute(
-                        "INSERT OR REPLACE INTO snapshots (through, sha256, content) "
-                        "VALUES (?, ?, ?)",
-                        (snapshot.through, snapshot.sha256, snapshot.content),
+                        "INSERT OR REPLACE INTO snapshots (through, sha256, content, "
+                        "state) VALUES (?, ?, ?, ?)",
+                        (
+                            snapshot.through,
+                            snapshot.sha256,
+                            snapshot.content,
+                            json.dumps(snapshot.state),
+                        ),
                     )
                     self._db.execute(
                         "DELETE FROM snapshots WHERE through NOT IN (SELECT through "
