@@ -1,0 +1,260 @@
+"""Replicas of a served router that follow one store's log (sklocus.serve._replica).
+
+Each test runs on a SQLite store and on a database of its own on a throwaway
+PostgreSQL server (``conftest.postgresql_server``).
+"""
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.frozen import FrozenEstimator
+from tiny import TINY_NETWORK
+
+from sklocus import LocusEmbedder, LocusRouter
+from sklocus.datasets import make_evaluations
+from sklocus.evaluations import to_matrix
+from sklocus.serve import RequestError
+from sklocus.serve._replica import ReplicaService
+from sklocus.serve._store import LogEntry, StoreError, open_store
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def pool():
+    data = make_evaluations(
+        n_models=6, n_queries=120, evals_per_model=(20, 50), query_dim=8, random_state=3
+    )
+    embedder = LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK).fit(
+        data.evaluation_sets
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    Y = pd.DataFrame(scores, columns=data.model_names)
+    router = LocusRouter(FrozenEstimator(embedder), refine_steps=3).fit(queries, Y)
+    return data, router
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request, tmp_path):
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return request.getfixturevalue("postgresql_database")
+
+
+def replica(location, seed=None, **options):
+    """A replica that folds when asked (no thread), marking at once."""
+    options = {"fold_interval": 0.0, "snapshot_interval": 3600.0, **options}
+    return ReplicaService(open_store(location), seed, **options)
+
+
+def outcomes(data, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "query": data.query_ids[int(rng.integers(len(data.query_ids)))],
+            "model": data.model_names[int(rng.integers(len(data.model_names)))],
+            "score": float(rng.integers(2)),
+        }
+        for _ in range(n)
+    ]
+
+
+def probabilities(service, data):
+    return service.router.predict_correctness(data.query_ids[:60])
+
+
+def test_replicas_that_folded_through_one_id_agree_bit_for_bit(pool, location):
+    data, router = pool
+    one, two = replica(location, router), replica(location)
+    try:
+        before = probabilities(two, data)
+        np.testing.assert_array_equal(before, probabilities(one, data))
+        answer = one.feedback(outcomes(data, 30))
+        assert answer["accepted"] == 30 and answer["through"] == 30
+        two.feedback(outcomes(data, 20, seed=1))
+        one.follow()  # the lease's holder marks the fold
+        two.follow()
+        assert one.position == two.position == 51  # 50 outcomes, then the mark
+        after = probabilities(two, data)
+        np.testing.assert_array_equal(after, probabilities(one, data))
+        assert not np.array_equal(after, before)
+        learnt = one.outcomes_learnt()
+        assert sum(learnt.values()) == 50 and learnt == two.outcomes_learnt()
+        assert one.pending_outcomes() == two.pending_outcomes() == 0
+        health = two.health()
+        assert health["position"] == 51 and health["lag"] == 0
+        assert one.health()["lease"] and not health["lease"]
+    finally:
+        one.close()
+        two.close()
+
+
+def test_outcomes_wait_for_the_mark_of_the_lease_holder(pool, location):
+    data, router = pool
+    leader, follower = replica(location, router), replica(location)
+    try:
+        follower.feedback(outcomes(data, 10))
+        follower.follow()  # read, not learnt: no mark yet
+        assert follower.position == 0 and follower.pending_outcomes() == 10
+        leader.follow()
+        follower.follow()
+        assert follower.position == leader.position == 11
+    finally:
+        leader.close()
+        follower.close()
+
+
+def test_changes_made_on_one_replica_reach_every_replica(pool, location):
+    data, router = pool
+    one, two = replica(location, router), replica(location)
+    try:
+        evaluations = {q: float(i % 2) for i, q in enumerate(data.query_ids[:30])}
+        answer = one.add_model("newcomer", evaluations)
+        assert answer == {"model": "newcomer", "n_evaluations": 30, "n_models": 7}
+        two.follow()
+        assert "newcomer" in two.router.classes_.tolist()
+        # The same name onboarded twice through two replicas: the log's first
+        # wins, and the other is answered with the reason.
+        with pytest.raises(RequestError, match="already served") as raised:
+            two.add_model("newcomer", evaluations)
+        assert raised.value.status == 409
+        removed = data.model_names[0]
+        assert two.remove_model(removed)["n_models"] == 6
+        one.follow()
+        assert removed not in one.router.classes_.tolist()
+        np.testing.assert_array_equal(
+            probabilities(one, data), probabilities(two, data)
+        )
+        assert one.position == two.position
+    finally:
+        one.close()
+        two.close()
+
+
+def test_a_removal_drops_the_outcomes_waiting_for_its_model(pool, location):
+    """A model onboarded again under the name never learns its namesake's."""
+    data, router = pool
+    one = replica(location, router, fold_interval=3600.0)  # no mark meanwhile
+    try:
+        name = data.model_names[1]
+        sent = [dict(outcome, model=name) for outcome in outcomes(data, 5)]
+        one.feedback(sent)
+        one.remove_model(name)
+        evaluations = {q: 1.0 for q in data.query_ids[:20]}
+        one.add_model(name, evaluations)
+        one.fold_interval = 0.0
+        one.follow()
+        assert one.outcomes_learnt().get(name, 0) == 0
+        assert one.pending_outcomes() == 0
+    finally:
+        one.close()
+
+
+def test_a_replica_started_later_loads_the_snapshot_and_folds_the_tail(pool, location):
+    data, router = pool
+    one = replica(location, router, snapshot_interval=0.0)  # a snapshot a reading
+    late = None
+    try:
+        one.feedback(outcomes(data, 12))
+        one.follow()
+        # Outcomes still wait for a mark when a change comes: the snapshot taken
+        # after it must not leave them behind.
+        one.fold_interval = 3600.0
+        one.feedback(outcomes(data, 7, seed=2))
+        one.add_model("late", {q: 0.5 for q in data.query_ids[:10]})
+        with open_store(location) as store:
+            assert store.latest_snapshot().through == one.position
+        late = replica(location)
+        one.fold_interval = 0.0
+        one.feedback(outcomes(data, 3, seed=4))
+        one.follow()
+        late.follow()
+        assert late.position == one.position
+        np.testing.assert_array_equal(
+            probabilities(late, data), probabilities(one, data)
+        )
+        assert late.outcomes_learnt() == one.outcomes_learnt()
+        assert sum(late.outcomes_learnt().values()) == 22
+    finally:
+        one.close()
+        if late is not None:
+            late.close()
+
+
+def test_a_retried_request_is_kept_once(pool, location):
+    data, router = pool
+    one = replica(location, router)
+    try:
+        sent = outcomes(data, 4)
+        first = one.feedback(sent, key="client-7:request-1")
+        again = one.feedback(sent, key="client-7:request-1")
+        assert first["through"] == again["through"] == 4
+        with open_store(location) as store:
+            assert store.last_id() == 4
+    finally:
+        one.close()
+
+
+def test_a_store_without_a_router_needs_a_model_file(location):
+    with pytest.raises(StoreError, match="holds no router yet; give the model file"):
+        replica(location)
+
+
+def test_the_folding_thread_learns_what_any_replica_was_sent(pool, location):
+    data, router = pool
+    one = replica(location, router, fold_interval=0.2, poll_interval=0.05)
+    two = replica(location, fold_interval=0.2, poll_interval=0.05)
+    one.start_folding()
+    two.start_folding()
+    try:
+        through = two.feedback(outcomes(data, 8))["through"]
+        deadline = time.monotonic() + 30
+        while min(one.position, two.position) <= through:
+            assert time.monotonic() < deadline, "not learnt within 30 s"
+            time.sleep(0.05)
+        assert sum(one.outcomes_learnt().values()) == 8
+    finally:
+        one.close()
+        two.close()
+
+
+def test_an_unreachable_database_refuses_writes_and_routing_goes_on(
+    pool, postgresql_server, postgresql_database
+):
+    data, router = pool
+    one = replica(postgresql_database, router)
+    try:
+        one.feedback(outcomes(data, 3))
+        one.follow()
+        postgresql_server.stop()
+        try:
+            with pytest.raises(RequestError, match="send it again later") as raised:
+                one.feedback(outcomes(data, 2))
+            assert raised.value.status == 503
+            assert postgresql_server.password not in raised.value.message
+            assert len(one.route([data.query_ids[0]], k=1)) == 1
+        finally:
+            postgresql_server.start()
+        one.feedback(outcomes(data, 2))
+        one.follow()
+        assert sum(one.outcomes_learnt().values()) == 5
+    finally:
+        one.close()
+
+
+def test_the_log_holds_each_kind_of_change(pool, location):
+    """What a replica appends is what every replica reads."""
+    data, router = pool
+    one = replica(location, router)
+    try:
+        one.feedback(outcomes(data, 1))
+        one.add_model("x", {data.query_ids[0]: 1.0})
+        one.remove_model("x")
+        with open_store(location) as store:
+            kinds = [entry.kind for entry in store.entries_after(0, 100)]
+        assert kinds[0] == "outcome" and "model" in kinds and kinds[-1] == "removal"
+        assert LogEntry("fold").kind == "fold"
+    finally:
+        one.close()
