@@ -399,9 +399,26 @@ def test_a_routing_whose_client_left_is_never_computed(served):
         b"POST /route HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%s" % (len(body), body)
     )
-    time.sleep(1.0)  # the request waits for the router thread
+
+    def queued():  # the work queued besides the one being computed
+        with router_thread._lock:
+            queues = router_thread._queues.values()
+            return [
+                work for works in queues for work in works if work.future is not held
+            ]
+
+    def soon(condition, what):
+        deadline = time.monotonic() + PATIENCE
+        while not condition():
+            assert time.monotonic() < deadline, f"{what} within {PATIENCE} s"
+            time.sleep(0.02)
+
+    soon(lambda: len(queued()) == 1, "the request was not queued")  # it waits
     connection.close()  # and its client leaves
-    time.sleep(1.0)  # the server sees the close
+    soon(  # the work is cancelled, or dropped already
+        lambda: all(work.future.cancelled() for work in queued()),
+        "the server did not see the close",
+    )
     busy.set()
     held.result(PATIENCE)
     after = served.ask(
