@@ -5,6 +5,7 @@ PostgreSQL server (``conftest.postgresql_server``).
 """
 
 import time
+import urllib.parse
 
 import numpy as np
 import pandas as pd
@@ -258,3 +259,80 @@ def test_the_log_holds_each_kind_of_change(pool, location):
         assert LogEntry("fold").kind == "fold"
     finally:
         one.close()
+
+
+# -- sklocus serve --store ------------------------------------------------------------
+
+
+def test_two_served_replicas_share_what_either_is_sent(pool, location, tmp_path):
+    """Two `sklocus serve --store` processes: one memory, from either door."""
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import Server
+
+    import sklocus
+
+    data, router = pool
+    model = tmp_path / "router.sklocus"
+    sklocus.save(router, model)
+    options = ["--store", location, "--fold-interval", "0.1"]
+    one = Server(model, *options, cwd=tmp_path)
+    two = Server(model, *options, cwd=tmp_path)
+    try:
+        sent = outcomes(data, 6)
+        answer = httpx.post(
+            f"{one.url}/feedback",
+            json={"outcomes": sent},
+            headers={"Idempotency-Key": "request-1"},
+        )
+        assert answer.status_code == 200 and answer.json()["through"] == 6
+        again = httpx.post(
+            f"{two.url}/feedback",
+            json={"outcomes": sent},
+            headers={"Idempotency-Key": "request-1"},
+        )
+        assert again.json()["through"] == 6  # kept once
+        onboarded = httpx.post(
+            f"{two.url}/models",
+            json={"name": "newcomer", "evaluations": {data.query_ids[0]: 1.0}},
+            timeout=60,
+        )
+        assert onboarded.status_code == 201, onboarded.text
+        deadline = time.monotonic() + 60
+        while True:
+            healths = [httpx.get(f"{s.url}/health").json() for s in (one, two)]
+            if healths[0]["position"] == healths[1]["position"] and all(
+                h["lag"] == 0 and h["n_models"] == 7 for h in healths
+            ):
+                break
+            assert time.monotonic() < deadline, healths
+            time.sleep(0.1)
+        assert sorted(h["lease"] for h in healths) == [False, True]
+        listed = [httpx.get(f"{s.url}/models").json()["models"] for s in (one, two)]
+        assert listed[0] == listed[1]
+        assert sum(m["n_outcomes"] for m in listed[0]) == 6
+        probe = {"queries": data.query_ids[:40]}
+        predicted = [
+            httpx.post(f"{s.url}/predict", json=probe).json() for s in (one, two)
+        ]
+        assert predicted[0] == predicted[1]
+    finally:
+        for server in (one, two):
+            code, stderr = server.stop()
+            assert code == 0, stderr
+    password = urllib.parse.urlsplit(location).password
+    if password is not None:  # the server's own output never shows it
+        assert password not in stderr
+    assert "store" in stderr
+
+
+def test_a_store_is_not_kept_beside_a_journal_or_a_write_back(pool, tmp_path, capsys):
+    import sklocus
+    from sklocus.cli import main
+
+    model = tmp_path / "router.sklocus"
+    sklocus.save(pool[1], model)
+    for flag in (["--feedback-journal", "j.db"], ["--write-back"]):
+        code = main(["serve", str(model), "--store", str(tmp_path / "s.db"), *flag])
+        assert code != 0
+        assert f"argument {flag[0]}: not with --store" in capsys.readouterr().err

@@ -45,6 +45,9 @@ QUICK = {
 }
 # Where ``sklocus serve`` reads its token when no --token-file is given.
 TOKEN_VARIABLE = "SKLOCUS_TOKEN"
+# Where `sklocus serve --store` reads the store's location when it is not given
+# (a PostgreSQL URI may hold a password, which a command line shows to others).
+STORE_VARIABLE = "SKLOCUS_STORE"
 # LocusRouter's calibration settings, written out: the parser imports no
 # estimator, so that --help answers at once (a test holds them equal).
 CALIBRATION_CHOICES = ("pool", "isotonic", "sigmoid", "pool+isotonic", "pool+sigmoid")
@@ -664,6 +667,17 @@ def _add_serve_command(commands):
         "the router as they arrive; the outcomes the router does not hold yet "
         "are learnt at start. With --write-back each fold is saved to the model "
         "file. Without it, POST /feedback is refused",
+    )
+    learning.add_argument(
+        "--store",
+        metavar="LOCATION",
+        help="serve as one replica of several that share this store: a SQLite "
+        "file (replicas on one machine) or postgresql://USER@HOST/DB (replicas "
+        "anywhere; the password from the URI, PGPASSWORD or ~/.pgpass, and never "
+        "shown). Outcomes, onboardings and removals sent to any replica go to "
+        "the store's log, which every replica folds in the same order; MODEL "
+        "starts a store that holds no router yet. Not with --feedback-journal or "
+        f"--write-back (default: the environment variable {STORE_VARIABLE})",
     )
     learning.add_argument(
         "--fold-interval",

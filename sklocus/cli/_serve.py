@@ -23,7 +23,7 @@ from sklocus.cli._models import (
     save_file,
     teach_queries,
 )
-from sklocus.cli._parsers import TOKEN_VARIABLE
+from sklocus.cli._parsers import STORE_VARIABLE, TOKEN_VARIABLE
 from sklocus.cli._tables import per_query, read_evaluations
 from sklocus.serve._journal import FeedbackJournal, JournalError
 from sklocus.serve._request import query_encoder
@@ -182,6 +182,69 @@ def _limits(arguments):
     return limits
 
 
+def _store(arguments):
+    """Open the store of --store, or of the environment; None without one."""
+    location = arguments.store or os.environ.get(STORE_VARIABLE) or None
+    if location is None:
+        return None
+    source = "--store" if arguments.store else STORE_VARIABLE
+    for option in ("feedback_journal", "write_back"):
+        if getattr(arguments, option):
+            flag = "--" + option.replace("_", "-")
+            raise UserError(
+                f"argument {flag}: not with {source}; the store keeps the outcomes "
+                "and the router's snapshots"
+            )
+    from sklocus.serve._store import StoreError, open_store
+
+    try:
+        return open_store(location)
+    except ImportError as error:
+        raise UserError(f"{source}: {error}") from None
+    except StoreError as error:
+        raise UserError(f"{source}: {error}") from None
+
+
+def _set_exploration(router, arguments):
+    if arguments.exploration is not None:
+        chosen = arguments.exploration
+        router.set_params(exploration=None if chosen == "none" else chosen)
+
+
+def _prepare(router, arguments):
+    """Make a replica's router ready to serve and to learn, before it catches up."""
+    _set_exploration(router, arguments)
+    _load_pool_encodings(router, arguments)
+
+
+def _replica(store, seed, arguments):
+    """Serve as a replica of ``store``: its latest snapshot, or ``seed`` to start it."""
+    from sklocus.serve._replica import ReplicaService
+    from sklocus.serve._store import StoreError
+
+    try:
+        snapshot = store.latest_snapshot()
+        if snapshot is not None:
+            say(
+                f"The store {store.location} holds a router through log entry "
+                f"#{snapshot.through}: serving it, and following the log "
+                f"({arguments.model} only starts a store that holds none)..."
+            )
+        else:
+            say(f"Starting the store {store.location} from {arguments.model}...")
+        return ReplicaService(
+            store,
+            seed,
+            fold_interval=arguments.fold_interval,
+            max_batch=arguments.max_batch,
+            max_evaluations=arguments.max_evaluations,
+            prepare=lambda router: _prepare(router, arguments),
+        )
+    except StoreError as error:
+        store.close()
+        raise UserError(f"--store: {error}") from None
+
+
 def _journal_fault(arguments, error):
     """Say what went wrong with the feedback journal (a full disk, say)."""
     if isinstance(error, JournalError):
@@ -289,11 +352,11 @@ def run_serve(arguments):
             "argument --write-back: needs a router file to write to; give "
             "--router-file, or serve a router file"
         )
+    store = _store(arguments)
     router, target = _router_from(arguments)
-    routable = None if upstreams is None else _check_upstreams(upstreams, router)
-    if arguments.exploration is not None:
-        chosen = arguments.exploration
-        router.set_params(exploration=None if chosen == "none" else chosen)
+    if store is None and upstreams is not None:
+        routable = _check_upstreams(upstreams, router)
+    _set_exploration(router, arguments)
     before = router.evaluation_counts_.sum()
     if arguments.feedback_journal is not None:
         _load_pool_encodings(router, arguments)
@@ -301,23 +364,30 @@ def run_serve(arguments):
             f"Learning the outcomes of {arguments.feedback_journal} that the "
             "router does not hold yet..."
         )
-    try:
-        service = RouterService(
-            router,
-            path=target,
-            write_back=arguments.write_back,
-            max_batch=arguments.max_batch,
-            max_evaluations=arguments.max_evaluations,
-            feedback_journal=arguments.feedback_journal,
-            fold_interval=arguments.fold_interval,
-        )
-    except (JournalError, sqlite3.Error) as error:
-        raise UserError(_journal_fault(arguments, error)) from None
-    learnt = int(service.router.evaluation_counts_.sum() - before)
-    if learnt:
-        say(f"Learnt {learnt:,} outcomes from {arguments.feedback_journal}.")
-    elif arguments.feedback_journal is not None:
-        say("The router held them all already.")
+    if store is not None:
+        service = _replica(store, router, arguments)
+        router = service.router
+        if upstreams is not None:
+            routable = _check_upstreams(upstreams, router)
+    else:
+        try:
+            service = RouterService(
+                router,
+                path=target,
+                write_back=arguments.write_back,
+                max_batch=arguments.max_batch,
+                max_evaluations=arguments.max_evaluations,
+                feedback_journal=arguments.feedback_journal,
+                fold_interval=arguments.fold_interval,
+            )
+        except (JournalError, sqlite3.Error) as error:
+            raise UserError(_journal_fault(arguments, error)) from None
+        learnt = int(service.router.evaluation_counts_.sum() - before)
+        if learnt:
+            say(f"Learnt {learnt:,} outcomes from {arguments.feedback_journal}.")
+        elif arguments.feedback_journal is not None:
+            say("The router held them all already.")
+        router = service.router
     try:  # before the warm-up: a port in use is known at once
         listener = listen(arguments.host, arguments.port)
     except OSError as error:

@@ -300,6 +300,21 @@ class Health(BaseModel):
         description="outcomes kept but not yet folded into the router"
     )
     sklocus_version: str
+    position: int | None = Field(
+        None,
+        description="a replica's position in its store's log: the id of the "
+        "last entry it has folded (only with a store)",
+    )
+    lag: int | None = Field(
+        None,
+        description="entries of the store's log this replica has seen and not "
+        "yet folded (only with a store)",
+    )
+    lease: bool | None = Field(
+        None,
+        description="whether this replica holds the store's lease: it writes "
+        "the fold marks and snapshots (only with a store)",
+    )
 
 
 class _StrictJSONRequest(Request):
@@ -488,6 +503,25 @@ def _document_bodies(app, models):
     app.openapi = openapi
 
 
+# A replica keeps a feedback request sent again with the same key once.
+_IDEMPOTENCY_HEADER = "idempotency-key"
+_LONGEST_KEY = 200
+
+
+def _idempotency(request, service):
+    """Return ``{"key": ...}`` for a replica's feedback when the client gave one."""
+    key = request.headers.get(_IDEMPOTENCY_HEADER)
+    if key is None or not hasattr(service, "store"):
+        return {}
+    if not key or len(key) > _LONGEST_KEY:
+        raise RequestError(
+            (),
+            f"the Idempotency-Key header holds 1 to {_LONGEST_KEY} characters; "
+            f"this one holds {len(key)}",
+        )
+    return {"key": key}
+
+
 def create_app(service, *, token=None, limits=None, upstreams=None):
     """Build the HTTP application around a router service.
 
@@ -665,11 +699,12 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
             FeedbackRequest,
             ("outcomes", service.max_feedback),
             lambda body: service.feedback(
-                [outcome.model_dump(exclude_none=True) for outcome in body.outcomes]
+                [outcome.model_dump(exclude_none=True) for outcome in body.outcomes],
+                **_idempotency(request, service),
             ),
         )
 
-    @app.get("/health", response_model=Health)
+    @app.get("/health", response_model=Health, response_model_exclude_unset=True)
     async def health():
         """Whether the service is up, how many models it serves, and its groups."""
         return service.health()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -79,6 +80,10 @@ class ReplicaService(RouterService):
         Seconds between readings of the log.
     change_timeout : float, default=60.0
         Seconds an onboarding or removal waits for this replica to fold it.
+    prepare : callable, default=None
+        Called with the router loaded from the snapshot, before the replica
+        folds the entries after it (to set its exploration, or encode its
+        pool's queries ahead).
     **limits
         ``max_batch``, ``max_evaluations`` and ``max_feedback``, as
         :class:`~sklocus.serve.RouterService` takes them.
@@ -93,8 +98,21 @@ class ReplicaService(RouterService):
         snapshot_interval=60.0,
         poll_interval=0.25,
         change_timeout=60.0,
+        prepare=None,
         **limits,
     ):
+        for option, value, least in [
+            ("fold_interval", fold_interval, 0),
+            ("snapshot_interval", snapshot_interval, 0),
+            ("poll_interval", poll_interval, 1e-3),
+            ("change_timeout", change_timeout, 1e-3),
+        ]:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not least <= value < math.inf
+            ):
+                raise ValueError(f"{option}={value!r} must be a number >= {least:g}")
         self.store = store
         snapshot = store.latest_snapshot()
         if snapshot is None:
@@ -106,7 +124,10 @@ class ReplicaService(RouterService):
             from sklocus._persistence import serialised
 
             snapshot = store.seed_snapshot(serialised(seed))
-        super().__init__(router_from_snapshot(snapshot), **limits)
+        router = router_from_snapshot(snapshot)
+        if prepare is not None:
+            prepare(router)
+        super().__init__(router, **limits)
         self.fold_interval = fold_interval
         self.snapshot_interval = snapshot_interval
         self.poll_interval = poll_interval
@@ -379,7 +400,7 @@ class ReplicaService(RouterService):
         return {
             "accepted": len(rows),
             "through": through,
-            "pending_outcomes": max(0, through - self.position),
+            "pending_outcomes": self.pending_outcomes(),
         }
 
     def add_model(self, name, evaluations, cost=None, query_groups=None):
@@ -422,7 +443,12 @@ class ReplicaService(RouterService):
         return self._learnt
 
     def pending_outcomes(self):
-        return max(0, self._last_id - self.position)
+        """How many entries this replica knows of and has not folded.
+
+        The outcomes it read that wait for a fold mark, and the entries
+        appended (through this replica, or seen) that it has not read yet.
+        """
+        return len(self._waiting) + max(0, self._last_id - self._read)
 
     def health(self):
         answer = super().health()
