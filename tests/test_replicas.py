@@ -4,8 +4,11 @@ Each test runs on a SQLite store and on a database of its own on a throwaway
 PostgreSQL server (``conftest.postgresql_server``).
 """
 
+import os
+import signal
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -336,3 +339,73 @@ def test_a_store_is_not_kept_beside_a_journal_or_a_write_back(pool, tmp_path, ca
         code = main(["serve", str(model), "--store", str(tmp_path / "s.db"), *flag])
         assert code != 0
         assert f"argument {flag[0]}: not with --store" in capsys.readouterr().err
+
+
+def _children(pid):
+    """The processes ``pid`` started that are sklocus workers."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as listed:
+            found += [int(child) for child in listed.read().split()]
+    return [
+        child
+        for child in found
+        if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read()
+    ]
+
+
+def _healths(url, n=16):
+    """``/health`` from ``n`` requests at once, each on a new connection."""
+    import httpx
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda _: httpx.get(f"{url}/health").json(), range(n)))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc")
+def test_workers_share_one_port_and_one_memory_and_come_back(pool, tmp_path):
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import Server
+
+    import sklocus
+
+    data, router = pool
+    model = tmp_path / "router.sklocus"
+    sklocus.save(router, model)
+    served = Server(
+        model, "--store", tmp_path / "store.db", "--workers", "2", cwd=tmp_path
+    )
+    try:
+        workers = _children(served.process.pid)
+        assert len(workers) == 2
+        seen, deadline = set(), time.monotonic() + 60
+        while seen != {True, False}:  # both answer: one holds the lease
+            assert time.monotonic() < deadline, seen
+            seen |= {health["lease"] for health in _healths(served.url)}
+        answer = httpx.post(
+            f"{served.url}/feedback", json={"outcomes": outcomes(data, 5)}
+        )
+        assert answer.status_code == 200
+        while not all(
+            health["position"] == 6 for health in _healths(served.url)
+        ):  # 5 outcomes and their mark, learnt by both
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        os.kill(workers[0], signal.SIGKILL)
+        while (
+            sorted(_children(served.process.pid)) == sorted(workers)
+            or len(_children(served.process.pid)) != 2
+        ):
+            assert time.monotonic() < deadline, "the worker was not started again"
+            time.sleep(0.1)
+        while not all(h["position"] == 6 for h in _healths(served.url)):
+            assert time.monotonic() < deadline  # the new one caught up
+            time.sleep(0.1)
+        workers = _children(served.process.pid)
+    finally:
+        code, stderr = served.stop()
+    assert code == 0, stderr
+    assert "with 2 workers" in stderr
+    assert "exited with status -9; starting it again" in stderr
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)

@@ -560,6 +560,15 @@ def _add_serve_command(commands):
         "--port", type=integer_in(0, 65535), default=8000, help="default: 8000"
     )
     server.add_argument(
+        "--workers",
+        type=integer_in(1),
+        default=1,
+        metavar="N",
+        help="serve with N processes on the one port, each a replica of --store "
+        "(required), so that routing uses N cores; a worker that dies is started "
+        "again (default: 1, one process)",
+    )
+    server.add_argument(
         "--write-back",
         action="store_true",
         help="save the router after each onboarding or removal, atomically, to "

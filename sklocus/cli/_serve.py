@@ -217,14 +217,16 @@ def _prepare(router, arguments):
     _load_pool_encodings(router, arguments)
 
 
-def _replica(store, seed, arguments):
+def _replica(store, seed, arguments, quiet=False):
     """Serve as a replica of ``store``: its latest snapshot, or ``seed`` to start it."""
     from sklocus.serve._replica import ReplicaService
     from sklocus.serve._store import StoreError
 
     try:
         snapshot = store.latest_snapshot()
-        if snapshot is not None:
+        if quiet:
+            pass
+        elif snapshot is not None:
             say(
                 f"The store {store.location} holds a router through log entry "
                 f"#{snapshot.through}: serving it, and following the log "
@@ -290,7 +292,7 @@ def _named(names):
     return shown + ("..." if len(names) > 3 else "")
 
 
-def _check_upstreams(upstreams, router):
+def _check_upstreams(upstreams, router, quiet=False):
     """Refuse upstreams that name no model of the router; say what is left out.
 
     Returns
@@ -307,6 +309,8 @@ def _check_upstreams(upstreams, router):
             f"argument --upstreams: names none of the router's {len(served)} "
             f"models (it names {_named(unknown)})"
         )
+    if quiet:
+        return len(known)
     if unknown:
         say(
             f"Note: --upstreams names {len(unknown)} models the router does not "
@@ -352,6 +356,10 @@ def run_serve(arguments):
             "argument --write-back: needs a router file to write to; give "
             "--router-file, or serve a router file"
         )
+    if arguments.workers > 1:
+        from sklocus.cli._workers import run_workers
+
+        return run_workers(arguments, token)
     store = _store(arguments)
     router, target = _router_from(arguments)
     if store is None and upstreams is not None:
