@@ -697,6 +697,14 @@ def _add_serve_command(commands):
         "model they name embedded again once (default: 1)",
     )
     learning.add_argument(
+        "--snapshot-interval",
+        type=non_negative_number,
+        metavar="SECONDS",
+        help="with --store: seconds between the snapshots of the router that the "
+        "replica holding the store's lease writes there; a replica that starts "
+        "loads the latest and folds the log after it (default: 60)",
+    )
+    learning.add_argument(
         "--exploration",
         choices=("thompson", "ucb", "none"),
         help="how the router explores while it learns from outcomes (see "

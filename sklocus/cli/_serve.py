@@ -186,6 +186,8 @@ def _store(arguments):
     """Open the store of --store, or of the environment; None without one."""
     location = arguments.store or os.environ.get(STORE_VARIABLE) or None
     if location is None:
+        if arguments.snapshot_interval is not None:
+            raise UserError("argument --snapshot-interval: goes with --store")
         return None
     source = "--store" if arguments.store else STORE_VARIABLE
     for option in ("feedback_journal", "write_back"):
@@ -238,6 +240,11 @@ def _replica(store, seed, arguments, quiet=False):
             store,
             seed,
             fold_interval=arguments.fold_interval,
+            snapshot_interval=(
+                60.0
+                if arguments.snapshot_interval is None
+                else arguments.snapshot_interval
+            ),
             max_batch=arguments.max_batch,
             max_evaluations=arguments.max_evaluations,
             prepare=lambda router: _prepare(router, arguments),
