@@ -78,10 +78,10 @@ def pytest_xdist_make_scheduler(config, log):
 def postgresql_server():
     """A throwaway PostgreSQL server for the session; required in CI.
 
-    Started from the installed server binaries (tests/postgresql_server.py),
-    which .ci/run installs where they are missing.
+    Started from the installed server binaries, which .ci/run installs where
+    they are missing.
     """
-    from postgresql_server import ThrowawayServer, binaries
+    from sklocus.serve._store._throwaway import ThrowawayServer, binaries
 
     if binaries() is None:
         message = "no PostgreSQL server binaries (apt-get install postgresql)"

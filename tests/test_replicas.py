@@ -409,3 +409,33 @@ def test_workers_share_one_port_and_one_memory_and_come_back(pool, tmp_path):
     assert "with 2 workers" in stderr
     assert "exited with status -9; starting it again" in stderr
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)
+
+
+def test_a_second_server_on_files_another_writes_is_refused(pool, tmp_path, capsys):
+    """Round of issue 71: two servers on one journal drifted apart (11 models
+    against 13) and lost an onboarding; under a store they are replicas."""
+    pytest.importorskip("fastapi")
+    from test_serve import Server
+
+    import sklocus
+    from sklocus.cli import main
+
+    model = tmp_path / "router.sklocus"
+    sklocus.save(pool[1], model)
+    first = Server(model, "--write-back", "--feedback-journal", "j.db", cwd=tmp_path)
+    try:
+        for flags, blamed in [
+            (["--feedback-journal", str(tmp_path / "j.db")], "--feedback-journal"),
+            (["--write-back"], "--write-back"),
+        ]:
+            assert main(["serve", str(model), *flags, "--port", "0"]) == 2
+            error = capsys.readouterr().err
+            assert f"argument {blamed}: " in error
+            assert f"of another sklocus serve (process {first.process.pid})" in error
+            assert "replicas of one store (--store)" in error
+    finally:
+        code, stderr = first.stop()
+        assert code == 0, stderr
+    # Once it stopped, the files are free.
+    second = Server(model, "--write-back", "--feedback-journal", "j.db", cwd=tmp_path)
+    second.stop()

@@ -254,6 +254,29 @@ def _replica(store, seed, arguments, quiet=False):
         raise UserError(f"--store: {error}") from None
 
 
+def _claim_files(arguments):
+    """Claim the files this server writes; refuse those another server writes."""
+    from sklocus.serve._owner import OwnedElsewhere, claim
+
+    claimed = []
+    files = []
+    if arguments.feedback_journal is not None:
+        files.append(("--feedback-journal", arguments.feedback_journal, "journal"))
+    if arguments.write_back:
+        target = arguments.router_file or arguments.model
+        files.append(("--write-back", target, "model file"))
+    for flag, path, what in files:
+        try:
+            claimed.append(claim(path, what))
+        except OwnedElsewhere as error:
+            raise UserError(f"argument {flag}: {error}") from None
+        except OSError as error:
+            raise UserError(
+                f"argument {flag}: cannot claim {path} for this server ({error})"
+            ) from None
+    return claimed
+
+
 def _journal_fault(arguments, error):
     """Say what went wrong with the feedback journal (a full disk, say)."""
     if isinstance(error, JournalError):
@@ -368,6 +391,7 @@ def run_serve(arguments):
 
         return run_workers(arguments, token)
     store = _store(arguments)
+    claims = _claim_files(arguments)  # noqa: F841 (held while serving)
     router, target = _router_from(arguments)
     if store is None and upstreams is not None:
         routable = _check_upstreams(upstreams, router)

@@ -1,10 +1,11 @@
 """A throwaway PostgreSQL server, started from the installed binaries.
 
-For the tests and benchmarks of the PostgreSQL store: :class:`ThrowawayServer`
-makes a database cluster in a temporary folder, serves it on a free port of
-127.0.0.1 with a password, and removes it when stopped. The server refuses to
-run as root, so as root it runs as the ``postgres`` user (which the Debian
-package creates) through ``runuser``.
+For trying replicas on one machine, and for the tests and benchmarks of the
+PostgreSQL store: :class:`ThrowawayServer` makes a database cluster in a
+temporary folder, serves it on a free port of 127.0.0.1 with a password, and
+removes it when stopped. The server refuses to run as root, so as root it runs
+as the ``postgres`` user (which the Debian package creates) through
+``runuser``.
 
 The binaries are found on ``PATH`` (``initdb``, ``pg_ctl``), else in the
 newest ``/usr/lib/postgresql/*/bin`` (Debian's layout); :func:`binaries`
@@ -26,7 +27,7 @@ USER = "sklocus"
 
 
 def binaries():
-    """The folder holding ``initdb`` and ``pg_ctl``, or None."""
+    """Return the folder holding ``initdb`` and ``pg_ctl``, or None."""
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return Path(found).parent
