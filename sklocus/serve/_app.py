@@ -23,7 +23,7 @@ from typing import Annotated
 import anyio
 from fastapi import Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
@@ -46,6 +46,7 @@ from sklocus.serve._departure import CLIENT_GONE, not_charged, while_connected
 from sklocus.serve._gate import UNAUTHORISED, RequestGate, refusal, token_matches
 from sklocus.serve._guard import charge_work, client_of
 from sklocus.serve._limits import ServerLimits
+from sklocus.serve._metrics import RequestCounts, exposition
 from sklocus.serve._request import check_item_count
 from sklocus.serve._service import RequestError, router_thread
 
@@ -704,6 +705,16 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
             ),
         )
 
+    requests = RequestCounts()
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics():
+        """Count requests, folds, pending outcomes, log position (Prometheus text)."""
+        return PlainTextResponse(
+            exposition(service, requests),
+            media_type="text/plain; version=0.0.4; charset=utf-8",
+        )
+
     @app.get("/health", response_model=Health, response_model_exclude_unset=True)
     async def health():
         """Whether the service is up, how many models it serves, and its groups."""
@@ -740,5 +751,7 @@ def create_app(service, *, token=None, limits=None, upstreams=None):
     def guarded(scope):
         return any(route.matches(scope)[0] is Match.FULL for route in guarded_routes)
 
-    app.add_middleware(RequestGate, limits=limits, guarded=guarded, token=token)
+    app.add_middleware(
+        RequestGate, limits=limits, guarded=guarded, token=token, requests=requests
+    )
     return app

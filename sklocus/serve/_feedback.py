@@ -17,6 +17,7 @@ import logging
 import math
 import sqlite3
 import threading
+import time
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from sklocus._router._learnt_groups import named_groups
 from sklocus.evaluations import _first_bad_score
 from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
+from sklocus.serve._metrics import FoldTimes
 from sklocus.serve._request import RequestError, check_item_count, query_encoder
 
 _log = logging.getLogger("sklocus.serve")
@@ -179,6 +181,7 @@ class LearningFromOutcomes:
         # journal's lock (held by a write through SQLite's busy wait).
         self._journalled = 0
         self._folder = Folder(self.fold_all, fold_interval)
+        self.fold_times = FoldTimes()  # GET /metrics
         if path is not None:
             self._journal = FeedbackJournal(path)
             self._journalled = self._journal.last_id()
@@ -286,7 +289,9 @@ class LearningFromOutcomes:
             own = [row[1:] for row in rows if row[0] > removed.get(row[2], 0)]
             # Learnt by name in the copy: a model removed since the journal
             # was read is passed over.
+            start = time.perf_counter()
             self._change(lambda router: learn_outcomes(router, own), folded=through)
+            self.fold_times.record(time.perf_counter() - start)
             return len(rows)
 
     def fold_all(self, max_outcomes=100_000):

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 
 from sklocus.serve._departure import NOT_CHARGED
 from sklocus.serve._guard import current_connection
+from sklocus.serve._metrics import UNMATCHED
 
 UNAUTHORISED = (
     "this route changes the pool, what it learns, or spends the upstreams' keys; "
@@ -115,17 +116,37 @@ class RequestGate:
         routes.
     token : str or None
         The server's token; None: no route needs one.
+    requests : RequestCounts, default=None
+        Counts each request answered, by route and status (``GET /metrics``).
     """
 
-    def __init__(self, app, *, limits, guarded, token=None):
+    def __init__(self, app, *, limits, guarded, token=None, requests=None):
         self.app = app
         self.limits = limits
         self.guarded = guarded
         self.token = None if token is None else token.encode("utf-8")
+        self.requests = requests
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if self.requests is None:
+            return await self._gate(scope, receive, send)
+        status = "none"  # no answer began: the client left first
+
+        async def noted(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = str(message["status"])
+            await send(message)
+
+        try:
+            await self._gate(scope, receive, noted)
+        finally:
+            route = getattr(scope.get("route"), "path", UNMATCHED)
+            self.requests.count(route, status)
+
+    async def _gate(self, scope, receive, send):
         connection = current_connection.get()
         headers = dict(scope["headers"])
         declared = headers.get(b"content-length")

@@ -76,7 +76,7 @@ class ReplicaService(RouterService):
         Seconds outcomes gather before the lease's holder marks a fold.
     snapshot_interval : float, default=60.0
         Seconds between the lease holder's snapshots.
-    poll_interval : float, default=0.25
+    poll_interval : float, default=0.1
         Seconds between readings of the log.
     change_timeout : float, default=60.0
         Seconds an onboarding or removal waits for this replica to fold it.
@@ -96,7 +96,7 @@ class ReplicaService(RouterService):
         *,
         fold_interval=1.0,
         snapshot_interval=60.0,
-        poll_interval=0.25,
+        poll_interval=0.1,
         change_timeout=60.0,
         prepare=None,
         **limits,
@@ -146,7 +146,6 @@ class ReplicaService(RouterService):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = None
-        self._folds = 0
         self.follow()
 
     # -- reading the log ---------------------------------------------------------
@@ -215,13 +214,14 @@ class ReplicaService(RouterService):
         boundary = any(entry.kind != "outcome" for entry in entries)
         if boundary:
             staged = copy.copy(self._router)
+            start = time.perf_counter()
             _on_a_thread_of_its_own(apply, staged)
+            self.fold_times.record(time.perf_counter() - start)
         else:
             waiting += entries
         with self._changing:
             if staged is not None:
                 self._router = staged
-                self._folds += 1
             self._waiting, self._learnt = waiting, learnt
             if not waiting:
                 self._waiting_since = None

@@ -30,7 +30,7 @@ def binaries():
     """Return the folder holding ``initdb`` and ``pg_ctl``, or None."""
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
-        return Path(found).parent
+        return Path(found).resolve().parent
     versions = sorted(
         Path("/usr/lib/postgresql").glob("*/bin/initdb"),
         key=lambda path: (
