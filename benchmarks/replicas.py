@@ -28,6 +28,7 @@ binaries (``sklocus.serve._store._throwaway``). Writes its section of ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
 import json
@@ -80,9 +81,34 @@ def post(connection, path, body):
     return json.loads(payload)
 
 
-def start_replicas(path, store, n):
+@contextlib.contextmanager
+def replicas_of(path, store, n):
+    """``n`` replicas of ``store``, each ``sklocus serve`` of its own; stopped after."""
     options = ["--store", store, "--log-level", "warning"]
-    return [Server(path, *options) for _ in range(n)]
+    replicas = []
+    try:
+        for _ in range(n):
+            replicas.append(Server(path, *options))
+        yield replicas
+    finally:
+        for replica in replicas:
+            try:
+                replica.close()
+            except Exception:  # noqa: BLE001 (stop the others all the same)
+                replica.process.kill()
+
+
+def mean_fold_seconds(replicas):
+    """The replicas' mean fold duration, from their /metrics."""
+    total = count = 0.0
+    for replica in replicas:
+        text = replica.client.get("/metrics").text
+        for line in text.splitlines():
+            if line.startswith("sklocus_fold_duration_seconds_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("sklocus_fold_duration_seconds_count"):
+                count += float(line.rsplit(" ", 1)[1])
+    return total / count
 
 
 def warm(replicas, texts):
@@ -206,27 +232,29 @@ def main():
                 admin.execute(f"CREATE DATABASE {name}")
             return db.url.rsplit("/", 1)[0] + f"/{name}"
 
+        # The lag first, on replicas that learnt nothing yet: a fold embeds each
+        # model it touches again from all it learnt, so it grows with that.
+        with replicas_of(path, postgresql(), 3) as replicas:
+            warm(replicas, served)
+            lags = lag(replicas, served, models)
+            fold_seconds = mean_fold_seconds(replicas)
+            print("lag", percentiles(lags), "folds", fold_seconds, flush=True)
         for label, make_store, n in [
             ("SQLite", lambda: str(Path(folder) / f"store-{time.time_ns()}.db"), 1),
             ("PostgreSQL", postgresql, 1),
             ("PostgreSQL", postgresql, 3),
         ]:
-            replicas = start_replicas(path, make_store(), n)
-            warm(replicas, served)
             rates = []
-            for batch in BATCHES:
-                rate = throughput(replicas, served, models, batch, arguments.seconds)
-                print(
-                    f"{label}, {n} replica(s), batch {batch}: {rate:,.0f}/s", flush=True
-                )
-                rates.append(rate)
-                settled(replicas)
-            if label == "PostgreSQL" and n == 3:
-                lags = lag(replicas, served, models)
-                print("lag", percentiles(lags), flush=True)
+            with replicas_of(path, make_store(), n) as replicas:
+                warm(replicas, served)
+                for batch in BATCHES:
+                    rate = throughput(
+                        replicas, served, models, batch, arguments.seconds
+                    )
+                    print(f"{label}, {n} replica(s), batch {batch}: {rate:,.0f}/s")
+                    rates.append(rate)
+                    settled(replicas)
             rows.append((label, n, rates))
-            for replica in replicas:
-                replica.close()
 
         routing = {}
         for workers in (1, 2):
@@ -240,11 +268,13 @@ def main():
                 "--log-level",
                 "warning",
             )
-            for warm_text in texts.take(20):
-                server.route([warm_text])
-            routing[workers] = routed_per_second(server, texts, arguments.seconds)
+            try:
+                for warm_text in texts.take(20):
+                    server.route([warm_text])
+                routing[workers] = routed_per_second(server, texts, arguments.seconds)
+            finally:
+                server.close()
             print(f"--workers {workers}: {routing[workers]:.1f} queries/s", flush=True)
-            server.close()
 
     lag_p50, lag_p99 = percentiles(lags)
     ratio = routing[2] / routing[1]
@@ -271,13 +301,15 @@ def main():
             for label, n, rates in rows
         ),
         "",
-        f"Learning lag, PostgreSQL and 3 replicas, `--fold-interval 1`: {len(lags)} "
-        f"batches of {LAG_BATCH} outcomes, sent to the replicas in turn; from each "
-        "acknowledgement until every replica's position passed it (the fold mark "
-        "the lease's holder writes once outcomes waited 1 s, read by each replica "
-        f"within 0.25 s, then one fold): p50 {lag_p50 / 1000:.2f} s, p99 "
-        f"{lag_p99 / 1000:.2f} s (the p99 of {len(lags)} samples is about their "
-        "largest).",
+        f"Learning lag, PostgreSQL and 3 new replicas, `--fold-interval 1`: "
+        f"{len(lags)} batches of {LAG_BATCH} outcomes, sent to the replicas in "
+        "turn; from each acknowledgement until every replica's position passed it "
+        "(the fold mark the lease's holder writes once outcomes waited 1 s, read "
+        f"by each replica within 0.1 s, then one fold): p50 {lag_p50 / 1000:.2f} s, "
+        f"p99 {lag_p99 / 1000:.2f} s (the p99 of {len(lags)} samples is about "
+        f"their largest). A fold took {fold_seconds:.2f} s on average (three "
+        "replicas folding at once on the two cores); it grows with what the "
+        "models it touches have learnt, each embedded again from all of it.",
         "",
         f"Routing, {ROUTING_CLIENTS} clients each routing one new text per request "
         f"for {arguments.seconds:g} s: `--workers 1` {routing[1]:.1f} queries per "
