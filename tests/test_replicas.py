@@ -21,7 +21,7 @@ from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.serve import RequestError
 from sklocus.serve._replica import ReplicaService
-from sklocus.serve._store import LogEntry, StoreError, open_store
+from sklocus.serve._store import LogEntry, StoreError, StoreUnavailable, open_store
 
 pytestmark = pytest.mark.slow
 
@@ -439,3 +439,36 @@ def test_a_second_server_on_files_another_writes_is_refused(pool, tmp_path, caps
     # Once it stopped, the files are free.
     second = Server(model, "--write-back", "--feedback-journal", "j.db", cwd=tmp_path)
     second.stop()
+
+
+def test_a_snapshot_that_cannot_be_written_leaves_the_previous(
+    pool, location, monkeypatch
+):
+    data, router = pool
+    one = replica(location, router, snapshot_interval=0.0)
+    try:
+
+        def refused(*args, **kwargs):
+            raise StoreUnavailable("the disk is full")
+
+        saved = one.store.save_snapshot
+        monkeypatch.setattr(one.store, "save_snapshot", refused)
+        one.feedback(outcomes(data, 4))
+        one.follow()  # learns; the snapshot fails, and is logged
+        assert one.position == 5 and sum(one.outcomes_learnt().values()) == 4
+        with open_store(location) as store:
+            assert store.latest_snapshot().through == 0  # the seed, whole
+        late = replica(location)  # starts from the seed and folds the log
+        try:
+            np.testing.assert_array_equal(
+                probabilities(late, data), probabilities(one, data)
+            )
+        finally:
+            late.close()
+        monkeypatch.setattr(one.store, "save_snapshot", saved)
+        one.feedback(outcomes(data, 2, seed=1))
+        one.follow()
+        with open_store(location) as store:
+            assert store.latest_snapshot().through == one.position == 8
+    finally:
+        one.close()
