@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from _sections import write_section
+from feedback import outcomes
 from provenance import commit
 from serve import Server, Texts, percentiles
 from serve_hostile import build_router
@@ -55,15 +56,16 @@ LAG_SAMPLES, LAG_BATCH = 60, 10
 ROUTING_CLIENTS = 8
 
 
-def outcomes(rng, texts, models, n):
-    return [
-        {
-            "query": texts[int(rng.integers(len(texts)))],
-            "model": models[int(rng.integers(len(models)))],
-            "score": float(rng.integers(2)),
-        }
-        for _ in range(n)
-    ]
+def run_for(seconds, threads, stop, counts):
+    """Run the client ``threads`` for ``seconds``; return their counts per second."""
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return sum(counts) / (time.perf_counter() - start)
 
 
 def post(connection, path, body):
@@ -137,14 +139,7 @@ def throughput(replicas, texts, models, batch, seconds):
         for r, replica in enumerate(replicas)
         for c in range(CONNECTIONS_PER_REPLICA)
     ]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    time.sleep(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.perf_counter() - start)
+    return run_for(seconds, threads, stop, counts)
 
 
 def settled(replicas, timeout=600):
@@ -202,14 +197,7 @@ def routed_per_second(server, texts, seconds):
         connection.close()
 
     threads = [threading.Thread(target=client) for _ in range(ROUTING_CLIENTS)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    time.sleep(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join()
-    return sum(counts) / (time.perf_counter() - start)
+    return run_for(seconds, threads, stop, counts)
 
 
 def main():

@@ -50,7 +50,7 @@ class JournalError(RuntimeError):
     """A journal that cannot serve the model file it was opened for."""
 
 
-def _roll_back(db):
+def roll_back(db):
     """Roll back the open transaction, if SQLite has not already.
 
     On some errors (a full disk) SQLite rolls back by itself, and a second
@@ -127,7 +127,7 @@ class FeedbackJournal:
                 last = self._db.execute("SELECT max(id) FROM outcomes").fetchone()[0]
                 self._db.execute("COMMIT")
             except BaseException:
-                _roll_back(self._db)
+                roll_back(self._db)
                 raise
         return int(last)
 
@@ -220,7 +220,7 @@ class FeedbackJournal:
                 self._db.execute("DELETE FROM marks WHERE name = 'pending'")
                 self._db.execute("COMMIT")
             except BaseException:
-                _roll_back(self._db)
+                roll_back(self._db)
                 raise
         if folded and folded_sha != digest:
             raise JournalError(
@@ -250,7 +250,7 @@ class FeedbackJournal:
                 self._db.execute("DELETE FROM marks WHERE name = 'pending'")
                 self._db.execute("COMMIT")
             except BaseException:
-                _roll_back(self._db)
+                roll_back(self._db)
                 raise
 
     def forget_folds(self):

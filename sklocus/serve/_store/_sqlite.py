@@ -9,6 +9,7 @@ which the kernel releases when the process holding it ends, however it ends.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -16,6 +17,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from sklocus.serve._journal import roll_back
 from sklocus.serve._private_files import PrivateFileError, create_private
 from sklocus.serve._store import (
     COLUMNS,
@@ -58,15 +60,6 @@ CREATE TABLE IF NOT EXISTS snapshots (
     state TEXT NOT NULL DEFAULT '{{}}'
 );
 """
-
-
-def _roll_back(db):
-    """Roll back the open transaction, if SQLite has not already (a full disk)."""
-    if db.in_transaction:
-        try:
-            db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
 
 
 class SQLiteStore(Store):
@@ -128,39 +121,47 @@ class SQLiteStore(Store):
     def _unavailable(self, error):
         return StoreUnavailable(f"the store {self.location} cannot be used: {error}")
 
-    def append(self, entries, key=None):
-        rows = [entry.columns() for entry in entries]
-        if not rows:
-            return self.last_id()
+    @contextlib.contextmanager
+    def _writing(self):
+        """Yield the database in a write transaction, committed on leaving.
+
+        Writers of other processes are waited for up to BUSY_SECONDS; a write
+        that fails (a full disk, a lock held too long) is rolled back whole
+        and raised as StoreUnavailable.
+        """
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    if key is not None:
-                        done = self._db.execute(
-                            "SELECT id FROM log WHERE request_key = ?", (key,)
-                        ).fetchone()
-                        if done is not None:
-                            self._db.execute("ROLLBACK")
-                            return int(done[0])
-                    start = self._db.execute(
-                        "SELECT coalesce(max(id), 0) FROM log"
-                    ).fetchone()[0]
-                    keys = [None] * (len(rows) - 1) + [key]
-                    self._db.executemany(
-                        f"INSERT INTO log (id, {', '.join(COLUMNS)}, request_key) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [
-                            (start + 1 + i, *row, request_key)
-                            for i, (row, request_key) in enumerate(zip(rows, keys))
-                        ],
-                    )
+                    yield self._db
                     self._db.execute("COMMIT")
                 except BaseException:
-                    _roll_back(self._db)
+                    roll_back(self._db)
                     raise
-            except sqlite3.OperationalError as error:  # a full disk, a lock held
+            except sqlite3.OperationalError as error:
                 raise self._unavailable(error) from None
+
+    def append(self, entries, key=None):
+        rows = [entry.columns() for entry in entries]
+        if not rows:
+            return self.last_id()
+        with self._writing() as db:
+            if key is not None:
+                done = db.execute(
+                    "SELECT id FROM log WHERE request_key = ?", (key,)
+                ).fetchone()
+                if done is not None:
+                    return int(done[0])
+            start = db.execute("SELECT coalesce(max(id), 0) FROM log").fetchone()[0]
+            keys = [None] * (len(rows) - 1) + [key]
+            db.executemany(
+                f"INSERT INTO log (id, {', '.join(COLUMNS)}, request_key) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (start + 1 + i, *row, request_key)
+                    for i, (row, request_key) in enumerate(zip(rows, keys))
+                ],
+            )
         return start + len(rows)
 
     def _read(self, sql, parameters=()):
@@ -197,50 +198,31 @@ class SQLiteStore(Store):
                 "holder, and this replica does not hold it"
             )
         snapshot = Snapshot(int(through), sha256(content), bytes(content), state or {})
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO snapshots (through, sha256, content, "
-                        "state) VALUES (?, ?, ?, ?)",
-                        (
-                            snapshot.through,
-                            snapshot.sha256,
-                            snapshot.content,
-                            json.dumps(snapshot.state),
-                        ),
-                    )
-                    self._db.execute(
-                        "DELETE FROM snapshots WHERE through NOT IN (SELECT through "
-                        "FROM snapshots ORDER BY through DESC LIMIT ?)",
-                        (SNAPSHOTS_KEPT,),
-                    )
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    _roll_back(self._db)
-                    raise
-            except sqlite3.OperationalError as error:
-                raise self._unavailable(error) from None
+        with self._writing() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO snapshots (through, sha256, content, "
+                "state) VALUES (?, ?, ?, ?)",
+                (
+                    snapshot.through,
+                    snapshot.sha256,
+                    snapshot.content,
+                    json.dumps(snapshot.state),
+                ),
+            )
+            db.execute(
+                "DELETE FROM snapshots WHERE through NOT IN (SELECT through "
+                "FROM snapshots ORDER BY through DESC LIMIT ?)",
+                (SNAPSHOTS_KEPT,),
+            )
         return snapshot
 
     def seed_snapshot(self, content):
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    if self._db.execute("SELECT 1 FROM snapshots").fetchone() is None:
-                        self._db.execute(
-                            "INSERT INTO snapshots (through, sha256, content) "
-                            "VALUES (0, ?, ?)",
-                            (sha256(content), bytes(content)),
-                        )
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    _roll_back(self._db)
-                    raise
-            except sqlite3.OperationalError as error:
-                raise self._unavailable(error) from None
+        with self._writing() as db:
+            if db.execute("SELECT 1 FROM snapshots").fetchone() is None:
+                db.execute(
+                    "INSERT INTO snapshots (through, sha256, content) VALUES (0, ?, ?)",
+                    (sha256(content), bytes(content)),
+                )
         return self.latest_snapshot()
 
     @property
