@@ -40,7 +40,7 @@ import torch
 from _sections import write_section
 from provenance import commit
 from serve import Server, Texts, percentiles
-from serve_hostile import build_router, cpu_seconds, route_timed
+from serve_hostile import build_router, cpu_seconds, route_kept
 
 N_TEXTS = 1_000
 THROUGHPUT_SECONDS, THROUGHPUT_BATCH, CONNECTIONS = 10.0, 500, 2
@@ -149,7 +149,7 @@ def main():
         flood_drain = drain(server)
 
         idle = [
-            route_timed(server, texts.take(1)) for _ in range(arguments.idle_repeats)
+            route_kept(server, texts.take(1)) for _ in range(arguments.idle_repeats)
         ]
         print("idle", percentiles(idle), flush=True)
         stop = context.Event()
@@ -162,14 +162,14 @@ def main():
         server_cpu = cpu_seconds(server.process.pid)
         loaded, start = [], time.perf_counter()
         while time.perf_counter() - start < arguments.load_seconds:
-            loaded.append(route_timed(server, texts.take(1)))
+            loaded.append(route_kept(server, texts.take(1)))
         stop.set()
         sent, load_seconds = results.get()
         sender.join()
         server_cpu = cpu_seconds(server.process.pid) - server_cpu
         load_drain = drain(server)
         after = [
-            route_timed(server, texts.take(1)) for _ in range(arguments.idle_repeats)
+            route_kept(server, texts.take(1)) for _ in range(arguments.idle_repeats)
         ]
         folded = learnt(server) - base
         server.close()

@@ -219,3 +219,38 @@ def test_the_benchmarks_import_neither_the_research_nor_the_tests():
                 assert name.split(".")[0] not in foreign, (
                     f"benchmarks/{path.name}:{node.lineno} imports {name}"
                 )
+
+
+def _top_level_names(tree):
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {
+                (alias.asname or alias.name).split(".")[0] for alias in node.names
+            }
+    return names
+
+
+def test_the_benchmarks_take_from_each_other_only_what_is_there():
+    # benchmarks/feedback.py imported a helper another benchmark had renamed,
+    # and nothing ran it until the next measurement.
+    root = PACKAGE.parent / "benchmarks"
+    trees = {
+        path.stem: ast.parse(path.read_text(encoding="utf-8"))
+        for path in root.glob("*.py")
+    }
+    defined = {stem: _top_level_names(tree) for stem, tree in trees.items()}
+    for stem, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in trees:
+                for alias in node.names:
+                    assert alias.name in defined[node.module], (
+                        f"benchmarks/{stem}.py:{node.lineno} imports {alias.name} "
+                        f"from {node.module}, which has no such name"
+                    )
