@@ -267,3 +267,18 @@ def test_open_store_reads_the_location(tmp_path, postgresql_database):
     with open_store(postgresql_database) as store:
         assert type(store).__name__ == "PostgreSQLStore"
         assert "***" in store.location
+
+
+def test_trying_for_the_lease_keeps_one_session(postgresql_database):
+    """A replica tries at each reading of the log: one connection, not one a try."""
+    with open_store(postgresql_database) as holder:
+        with open_store(postgresql_database) as other:
+            assert holder.try_lease() and not other.try_lease()
+            connect, made = other._connect, []
+            other._connect = lambda: made.append(1) or connect()
+            for _ in range(20):
+                assert not other.try_lease()
+            assert made == []
+            holder.release_lease()
+            assert other.try_lease()  # on the session it kept trying on
+            assert made == []

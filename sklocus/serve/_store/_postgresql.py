@@ -97,6 +97,7 @@ class PostgreSQLStore(Store):
         self._connection = None
         self._lease_lock = threading.Lock()
         self._lease = None  # the connection whose session holds the lease
+        self._candidate = None  # the connection that tries to take it
         with self._lock:
             connection = self._connected()
             try:
@@ -284,18 +285,22 @@ class PostgreSQLStore(Store):
                 except self._psycopg.Error:
                     self._lease.close()
                     self._lease = None
-            connection = self._connect()
+            # Tried on a session kept for it: a replica that tries at each
+            # reading of the log would otherwise open a connection (a server
+            # process) each time.
+            if self._candidate is None or self._candidate.closed:
+                self._candidate = self._connect()
             try:
-                held = connection.execute(
+                held = self._candidate.execute(
                     "SELECT pg_try_advisory_lock(%s)", (_LEASE_KEY,)
                 ).fetchone()[0]
             except self._psycopg.Error as error:
-                connection.close()
+                self._candidate.close()
+                self._candidate = None
                 raise self._failure(error, "cannot be leased") from None
             if not held:
-                connection.close()
                 return False
-            self._lease = connection
+            self._lease, self._candidate = self._candidate, None
             return True
 
     @property
@@ -305,9 +310,10 @@ class PostgreSQLStore(Store):
 
     def release_lease(self):
         with self._lease_lock:
-            if self._lease is not None:
-                self._lease.close()  # the session ends, and its lock with it
-                self._lease = None
+            for connection in (self._lease, self._candidate):
+                if connection is not None:
+                    connection.close()  # the session ends, and its lock with it
+            self._lease = self._candidate = None
 
     def close(self):
         self.release_lease()
