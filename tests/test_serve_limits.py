@@ -391,32 +391,51 @@ def test_a_routing_whose_client_left_is_never_computed(served):
         return computed()
 
     served.service.route_in_turns = counted
-    busy = threading.Event()
-    held = router_thread.submit(busy.wait, PATIENCE)  # the router thread is taken
+
+    def queued():  # the work waiting for the router thread
+        with router_thread._lock:
+            queues = list(router_thread._queues.values())
+            return [work for works in queues for work in works]
+
+    def soon(condition, what):
+        deadline = time.monotonic() + PATIENCE
+        while not condition():
+            assert time.monotonic() < deadline, (
+                f"{what} within {PATIENCE} s; queued: "
+                f"{[(work.order, work.future) for work in queued()]}; "
+                f"answered: {calls}"
+            )
+            time.sleep(0.02)
+
+    busy, taken = threading.Event(), threading.Event()
+
+    def take_the_thread():
+        taken.set()
+        busy.wait(PATIENCE)
+
+    held = router_thread.submit(take_the_thread)
+    soon(taken.is_set, "the router thread was not taken")
+    before = {id(work) for work in queued()}
     body = json.dumps({"queries": ["q00001"]}).encode()
     connection = served.connect()
     connection.sendall(
         b"POST /route HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n%s" % (len(body), body)
     )
+    mine = []
 
-    def queued():  # the work queued besides the one being computed
-        with router_thread._lock:
-            queues = router_thread._queues.values()
-            return [
-                work for works in queues for work in works if work.future is not held
-            ]
+    def request_queued():
+        mine[:] = [work for work in queued() if id(work) not in before]
+        return [work for work in mine if work.future is not held]
 
-    def soon(condition, what):
-        deadline = time.monotonic() + PATIENCE
-        while not condition():
-            assert time.monotonic() < deadline, f"{what} within {PATIENCE} s"
-            time.sleep(0.02)
-
-    soon(lambda: len(queued()) == 1, "the request was not queued")  # it waits
+    soon(request_queued, "the request was not queued")  # it waits
     connection.close()  # and its client leaves
-    soon(  # the work is cancelled, or dropped already
-        lambda: all(work.future.cancelled() for work in queued()),
+    soon(  # its work is cancelled, or dropped already
+        lambda: all(
+            work.future.cancelled() or work not in queued()
+            for work in mine
+            if work.future is not held
+        ),
         "the server did not see the close",
     )
     busy.set()
