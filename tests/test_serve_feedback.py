@@ -313,6 +313,29 @@ def test_a_killed_server_loses_no_acknowledged_outcome(pool, router_file, tmp_pa
     assert sklocus.load(router_file).evaluation_counts_.sum() == initial + kept
 
 
+@pytest.mark.slow
+def test_a_terminated_server_exits_cleanly_and_closes_its_journal(
+    pool, router_file, tmp_path
+):
+    """``kill`` (SIGTERM) ends the server as Ctrl-C does: status 0, the journal
+    closed, no ``-wal`` or ``-shm`` file left beside it."""
+    data, _ = pool
+    journal = tmp_path / "feedback.sqlite"
+    server = Server(router_file, "--feedback-journal", journal, cwd=tmp_path)
+    answer = httpx.post(
+        f"{server.url}/feedback", json={"outcomes": _outcomes(data, 5, seed=0)}
+    )
+    assert answer.status_code == 200, answer.text
+    wal, shm = (journal.with_name(journal.name + suffix) for suffix in ("-wal", "-shm"))
+    assert wal.exists() and shm.exists()  # open in WAL mode while serving
+    server.process.send_signal(signal.SIGTERM)
+    _, stderr = server.process.communicate(timeout=30)
+    assert server.process.returncode == 0, stderr
+    assert not wal.exists() and not shm.exists()
+    with sqlite3.connect(journal) as db:
+        assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == 5
+
+
 def test_a_fold_that_cannot_be_saved_is_not_served_and_is_tried_again(pool, tmp_path):
     data, router = pool
     folder = tmp_path / "models"

@@ -463,12 +463,16 @@ def run_serve(arguments):
         + ("; changes need the token" if token is not None else "")
         + ")."
     )
-    run(
-        service,
-        listener=listener,
-        token=token,
-        limits=limits,
-        log_level=arguments.log_level,
-        upstreams=upstreams,
-    )
+    try:
+        run(
+            service,
+            listener=listener,
+            token=token,
+            limits=limits,
+            log_level=arguments.log_level,
+            upstreams=upstreams,
+        )
+    finally:
+        # The journal's -wal and -shm files go with its last connection.
+        service.close()
     return 0

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import signal
 import socket
+import threading
 
 from sklocus.serve._limits import ServerLimits
 from sklocus.serve._service import RequestError, RouterService
@@ -230,10 +232,35 @@ def run(
         _collecting_rarely(),
         listener,
     ):
-        try:
-            served.run(sockets=[listener])
-        except KeyboardInterrupt:  # uvicorn re-raises the signal it handled
-            pass
+        with _terminated_as_interrupt():
+            try:
+                served.run(sockets=[listener])
+            except KeyboardInterrupt:  # uvicorn re-raises the signal it handled
+                pass
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt():
+    """Let SIGTERM end the server the way Ctrl-C does: cleanly, status 0.
+
+    uvicorn shuts down gracefully on SIGTERM, then raises the signal again with
+    the handler it found; with Python's default one, the process died there
+    (status 143) before anything after the server ran: a feedback journal was
+    left unclosed, its ``-wal`` and ``-shm`` files behind. That handler now
+    raises KeyboardInterrupt, which :func:`run` takes as the end.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers, and only it gets signals
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
