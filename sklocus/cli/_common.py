@@ -210,8 +210,9 @@ def encoding_cache_folder(arguments):
 
 
 def add_test_queries_option(group, *, held_out_of):
-    """``--test-queries``: held-out queries, where routing accuracy is measured."""
-    group.add_argument(
+    """Add ``--test-queries`` or ``--test-split``: where routing is measured."""
+    which = group.add_mutually_exclusive_group()
+    which.add_argument(
         "--test-queries",
         metavar="FILE",
         help="held-out queries, one per line: their evaluations are left out of "
@@ -219,6 +220,39 @@ def add_test_queries_option(group, *, held_out_of):
         "measured on them and printed (the figure fit, route and report print "
         "alike, from sklocus.metrics.routing_accuracy)",
     )
+    which.add_argument(
+        "--test-split",
+        metavar="NAME",
+        help="hold out, as --test-queries does, the queries whose --split-column "
+        "is NAME (a data folder's queries.parquet, or a column of a long table), "
+        "e.g. --test-split test",
+    )
+    group.add_argument(
+        "--split-column",
+        default="split",
+        metavar="COL",
+        help="the column that --test-split reads (default: split)",
+    )
+
+
+def add_queries_text_option(parser):
+    """``--queries-text-column``: the text column of QUERIES, apart from EVALS'."""
+    parser.add_argument(
+        "--queries-text-column",
+        metavar="COL",
+        help="the column of QUERIES that holds each query's text (default: "
+        "--text-column's; with a data folder as EVALS, which brings its own "
+        "texts, this option alone names it)",
+    )
+
+
+def queries_text_column(arguments):
+    """Return the text column of QUERIES and its option, or ``(None, None)``."""
+    if arguments.queries_text_column is not None:
+        return arguments.queries_text_column, "--queries-text-column"
+    if arguments.text_column is not None:
+        return arguments.text_column, "--text-column"
+    return None, None
 
 
 def add_vector_options(parser):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from sklocus._score_estimation import ScoreEstimator
-from sklocus.cli._common import UserError, say
+from sklocus.cli._common import UserError, queries_text_column, say
 from sklocus.cli._models import load_embedder, run_settings, teach_queries
 from sklocus.cli._tables import (
     read_evaluations,
@@ -49,14 +49,16 @@ def _read(arguments, new_names):
             "estimates need at least 2 reference models, and are better the more "
             "there are"
         )
+    text_column, text_option = queries_text_column(arguments)
     ids, texts, groups = read_queries(
         arguments.queries,
         arguments.query_column,
-        arguments.text_column,
+        text_column,
         arguments.group_column,
+        text_option,
     )
     encoder = embedder.query_encoder_
-    if arguments.text_column is not None and isinstance(encoder, SentenceEncoder):
+    if text_column is not None and isinstance(encoder, SentenceEncoder):
         encoder.set_params(texts={**(encoder.texts or {}), **dict(zip(ids, texts))})
     new_models = {name: sets.get(name, {}) for name in new_names}
     scores = None

@@ -23,6 +23,7 @@ from sklocus.cli._common import (
     UserError,
     encoding_cache_folder,
     one_line,
+    queries_text_column,
     say,
     status,
 )
@@ -173,6 +174,38 @@ def routing_line(router, held, groups=None, exclude=None):
     return (
         f"Routing accuracy {accuracy:.1%}{among} on the {len(held.queries):,} "
         f"held-out queries of {held.source}."
+    )
+
+
+def baseline_line(router, held, evaluations, groups=None, exclude=None):
+    """Say what the routes of the held-out queries cost and the best model scores.
+
+    The best single model is the one of highest mean score on the pool's other
+    evaluations (what one would deploy without a router); its accuracy is on the
+    held-out queries, as the routing accuracy is. Costs are the router's.
+    """
+    names = [name for name in router.classes_ if name not in set(exclude or ())]
+    means = {
+        name: np.mean(list(evaluations.sets[i].values()))
+        for i, name in enumerate(evaluations.model_names)
+        if name in names and evaluations.sets[i]
+    }
+    best = max(means, key=means.get)
+    accuracy = float(np.nanmean(held.scores[best].to_numpy(dtype=np.float64)))
+    line = f"The best single model on the pool, {best}, scores {accuracy:.1%} on them"
+    if router.cost_ is None:
+        return line + "."
+    query_groups = None
+    if groups is not None:
+        query_groups = [groups.get(query) for query in held.queries]
+    routes = router.predict(
+        held.queries, exclude=exclude or None, query_groups=query_groups
+    )
+    cost = dict(zip(router.classes_, router.cost_))
+    spent = float(np.mean([cost[name] for name in routes]))
+    return (
+        f"{line} at a cost of {cost[best]:.4g} per query; the routes cost "
+        f"{spent:.4g} per query."
     )
 
 
@@ -465,17 +498,12 @@ def run_route(arguments):
     evaluations = read_evaluations(arguments, cost_column=arguments.cost_column)
     teach_queries(embedder, arguments, evaluations)
     evaluations, held = hold_out(arguments, evaluations)
-    ids, queries, query_groups = read_queries(
-        arguments.queries,
-        arguments.query_column,
-        arguments.text_column,
-        arguments.group_column,
-    )
     pool_groups = None
     if arguments.group_column is not None:
         pool_groups = per_query(
             evaluations, arguments.query_column, arguments.group_column
         )
+    ids, queries, query_groups = _queries_to_route(arguments, held, pool_groups)
     with run_settings(embedder, arguments):
         router = build_router(
             embedder,
@@ -498,6 +526,9 @@ def run_route(arguments):
         measured = None
         if held is not None:
             measured = routing_line(router, held, pool_groups, arguments.exclude)
+            measured += "\n" + baseline_line(
+                router, held, evaluations, pool_groups, arguments.exclude
+            )
     frame = pd.DataFrame({"query": ids, "model": models[:, 0]})
     for rank in range(models.shape[1]):
         frame[f"model_{rank + 1}"] = models[:, rank]
@@ -513,6 +544,37 @@ def run_route(arguments):
     if measured is not None:
         say(measured)
     return 0
+
+
+def _queries_to_route(arguments, held, pool_groups):
+    """``(ids, queries, groups)`` of QUERIES, or of the held-out queries without it.
+
+    A held-out query is routed by its id: the embedder's encoder has its text or
+    vector from EVALS.
+    """
+    if arguments.queries is not None:
+        text_column, text_option = queries_text_column(arguments)
+        return read_queries(
+            arguments.queries,
+            arguments.query_column,
+            text_column,
+            arguments.group_column,
+            text_option,
+        )
+    if held is None:
+        raise UserError(
+            "QUERIES is missing: give the queries to route, or hold some out with "
+            "--test-queries or --test-split and route those"
+        )
+    if arguments.queries_text_column is not None:
+        raise UserError(
+            "argument --queries-text-column: there is no QUERIES table; the "
+            "held-out queries' texts come from EVALS"
+        )
+    groups = None
+    if pool_groups is not None:
+        groups = [pool_groups.get(query) for query in held.queries]
+    return list(held.queries), list(held.queries), groups
 
 
 def _say_if_no_group_is_known(router, query_groups, arguments):

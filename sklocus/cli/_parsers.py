@@ -14,6 +14,7 @@ from sklocus.cli._common import (
     add_encoding_cache_option,
     add_metric_option,
     add_output_option,
+    add_queries_text_option,
     add_table_options,
     add_test_queries_option,
     add_vector_options,
@@ -31,7 +32,8 @@ DESCRIPTION = (
     "queries to evaluate a new model on and 'estimate' its scores; 'neighbors', "
     "'duplicates', 'clusters' and 'select' work on the embeddings; 'report' "
     "writes the model map; 'serve' serves a router over HTTP and 'feedback' folds "
-    "outcomes into a router's file; 'demo' runs the "
+    "outcomes into a router's file; 'data' gives the path of the data that "
+    "ships with sklocus; 'demo' runs the "
     "main job on built-in data. 'sklocus COMMAND --help' lists a command's "
     "options."
 )
@@ -74,6 +76,7 @@ def build_parser():
         _add_serve_command,
         _add_feedback_command,
         _add_demo_command,
+        _add_data_command,
     ):
         add(commands)
     return parser
@@ -172,13 +175,19 @@ def _add_model_commands(commands):
         "each query of QUERIES the chosen model and the k best models with their "
         "probability of a correct answer. QUERIES is a CSV or Parquet table with "
         "the query column (and the text column, when given), or a .txt file of one "
-        "query per line.",
+        "query per line; without QUERIES, the held-out queries of --test-queries "
+        "or --test-split are routed.",
     )
     route.add_argument("model", metavar="MODEL", help="a model file from sklocus fit")
     route.add_argument("evals", metavar="EVALS", help="the pool's evaluations")
-    route.add_argument("queries", metavar="QUERIES", help="the queries to route")
+    route.add_argument(
+        "queries",
+        metavar="QUERIES",
+        nargs="?",
+        help="the queries to route (default: the held-out ones)",
+    )
     add_output_option(route, required=True, what="the routes")
-    add_table_options(route)
+    add_queries_text_option(add_table_options(route))
     add_vector_options(route)
     add_encoding_cache_option(route)
     choice = route.add_argument_group("choice")
@@ -254,7 +263,7 @@ def _add_new_model_inputs(parser, *, evals, queries, output, title, groups):
     parser.add_argument("evals", metavar="EVALS", help=evals)
     parser.add_argument("queries", metavar="QUERIES", help=queries)
     add_output_option(parser, required=True, what=output)
-    add_table_options(parser)
+    add_queries_text_option(add_table_options(parser))
     add_vector_options(parser)
     add_encoding_cache_option(parser)
     group = parser.add_argument_group(title)
@@ -876,3 +885,16 @@ def _add_demo_command(commands):
         help="most training epochs (default: 4)",
     )
     demo_parser.set_defaults(run="_demo:run_demo")
+
+
+def _add_data_command(commands):
+    """Add ``data`` to the subcommands."""
+    data = commands.add_parser(
+        "data",
+        help="print the path of a data folder that ships with sklocus",
+        description="Print the path of the evaluation folder NAME that ships with "
+        "sklocus, for EVALS of any command (DATA=$(sklocus data llmrouter)); "
+        "without NAME, list them with what they hold.",
+    )
+    data.add_argument("name", metavar="NAME", nargs="?", help="e.g. llmrouter")
+    data.set_defaults(run="_data:run_data")

@@ -71,26 +71,34 @@ class Evaluations:
 
 @dataclass
 class HeldOut:
-    """The evaluations of the ``--test-queries`` that EVALS scores, held out."""
+    """The evaluations of the held-out queries that EVALS scores."""
 
     queries: list
     scores: pd.DataFrame  # one row per query, one column per model of EVALS
-    source: Path
+    source: object  # what named them: the --test-queries file, or the split
 
 
 def hold_out(arguments, evaluations):
-    """Split EVALS by ``--test-queries``: ``(the rest, HeldOut)``.
+    """Split EVALS by ``--test-queries`` or ``--test-split``: ``(the rest, HeldOut)``.
 
-    Without the option, ``(evaluations, None)``. The file must name at least one
-    query of EVALS, and leave every model some evaluations to be embedded from;
-    queries it names that EVALS lacks are said and left out.
+    Without either, ``(evaluations, None)``. The queries must include at least one
+    of EVALS, and leave every model some evaluations to be embedded from; queries
+    a file names that EVALS lacks are said and left out.
     """
-    if getattr(arguments, "test_queries", None) is None:
+    if getattr(arguments, "test_queries", None) is not None:
+        option = "--test-queries"
+        source = Path(arguments.test_queries)
+        listed = list(dict.fromkeys(line.strip() for line in read_lines(source)))
+        if not listed:
+            raise UserError(f"argument --test-queries: {source} lists no query")
+        expected = "expected query ids of EVALS, one per line"
+    elif getattr(arguments, "test_split", None) is not None:
+        option = "--test-split"
+        listed = _split_queries(arguments, evaluations)
+        source = f"split {arguments.test_split!r}"
+        expected = f"expected queries of EVALS in column {arguments.split_column!r}"
+    else:
         return evaluations, None
-    source = Path(arguments.test_queries)
-    listed = list(dict.fromkeys(line.strip() for line in read_lines(source)))
-    if not listed:
-        raise UserError(f"argument --test-queries: {source} lists no query")
     test = set(listed)
     rest = [{q: s for q, s in e.items() if q not in test} for e in evaluations.sets]
     held = [{q: s for q, s in e.items() if q in test} for e in evaluations.sets]
@@ -98,26 +106,44 @@ def hold_out(arguments, evaluations):
     queries = [query for query in listed if query in evaluated]
     if not queries:
         raise UserError(
-            f"argument --test-queries: none of the {len(listed)} queries of "
+            f"argument {option}: none of the {len(listed)} queries of "
             f"{source} (such as {listed[0]!r}) is evaluated in {evaluations.source}; "
-            "expected query ids of EVALS, one per line"
+            f"{expected}"
         )
     for name, kept in zip(evaluations.model_names, rest):
         if not kept:
             raise UserError(
-                f"argument --test-queries: model {name!r} has no evaluation outside "
+                f"argument {option}: model {name!r} has no evaluation outside "
                 f"the queries of {source}, so nothing is left to embed it from"
             )
     if len(queries) < len(listed):
         missing = next(query for query in listed if query not in evaluated)
         say(
-            f"--test-queries: {len(listed) - len(queries)} of the {len(listed)} "
+            f"{option}: {len(listed) - len(queries)} of the {len(listed)} "
             f"queries of {source} (such as {missing!r}) are not evaluated in "
             f"{evaluations.source}; routing is measured on the other {len(queries)}."
         )
     scores, _ = to_matrix(held, queries=queries)
     frame = pd.DataFrame(scores, columns=evaluations.model_names)
     return replace(evaluations, sets=rest), HeldOut(queries, frame, source)
+
+
+def _split_queries(arguments, evaluations):
+    """Return the queries whose ``--split-column`` is ``--test-split``, in order."""
+    name, column = arguments.test_split, arguments.split_column
+    table, query = evaluations.query_table, arguments.query_column
+    where = evaluations.source
+    require_columns(table, {"--split-column": column}, where)
+    splits = table[column].astype(str)
+    chosen = table.loc[splits == name, query].astype(str)
+    if chosen.empty:
+        found = sorted(splits[table[column].notna()].unique())
+        raise UserError(
+            f"argument --test-split: no query of {where} has {column!r} equal to "
+            f"{name!r}; the column holds {found[:10]}"
+        )
+    # A query of a long table is in the split when any of its rows says so.
+    return list(dict.fromkeys(chosen))
 
 
 def _kind(path):
@@ -353,11 +379,7 @@ def _read_folder(path, arguments, cost_column):
     if arguments.text_column is not None:
         raise UserError(
             f"{path} is a folder, whose queries.parquet gives the texts; leave out "
-            "--text-column"
-        )
-    if cost_column is not None:
-        raise UserError(
-            f"{path} is a folder; --cost-column reads a column of a long table"
+            "--text-column (--queries-text-column names the texts of QUERIES)"
         )
     # The encoders import torch, which the geometry commands never need.
     from sklocus.datasets import load_evaluations
@@ -388,7 +410,7 @@ def _read_folder(path, arguments, cost_column):
         query_id=data.queries["query_id"].astype(str)
     )
     models = data.models.assign(model=data.models["model"].astype(str))
-    return Evaluations(
+    evaluations = Evaluations(
         sets,
         names,
         path,
@@ -397,6 +419,36 @@ def _read_folder(path, arguments, cost_column):
         query_table=queries.rename(columns={"query_id": arguments.query_column}),
         model_table=models.rename(columns={"model": arguments.model_column}),
     )
+    if cost_column is not None:
+        evaluations.costs = _folder_costs(models, cost_column, path)
+    return evaluations
+
+
+def _folder_costs(models, column, folder):
+    """Each model's cost, a column of the folder's models.parquet."""
+    source = folder / "models.parquet"
+    if not source.is_file():
+        raise UserError(
+            f"argument --cost-column: {folder} has no models.parquet, the table "
+            "of a folder that gives each model's cost; expected one row per model "
+            f"with a column {column!r}"
+        )
+    require_columns(models, {"--cost-column": column}, source)
+    values = pd.to_numeric(models[column], errors="coerce")
+    bad = values.isna() | ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        row = int(np.argmax(bad.to_numpy()))
+        given = models[column].iloc[row]
+        found = (
+            f"no value in column {column!r}"
+            if pd.isna(given)
+            else f"{column}={given!r}"
+        )
+        raise UserError(
+            f"{source}: model {models['model'].iloc[row]!r} has {found}; costs "
+            "must be finite numbers of at least 0"
+        )
+    return pd.Series(values.to_numpy(), index=models["model"], name=column)
 
 
 def _texts(frame, query, text, path):
@@ -495,18 +547,20 @@ def _is_vector_column(column):
     return isinstance(column, str) and column[:1] == "z" and column[1:].isdigit()
 
 
-def read_queries(path, query_column, text_column, group_column=None):
+def read_queries(
+    path, query_column, text_column, group_column=None, text_option="--text-column"
+):
     """Read the queries to route: a table, or a text file of one query per line.
 
     Returns ``(ids, queries, groups)``: what identifies each query in the output,
     what the encoder is given (its text when a text column is named, else its
     id), and each query's group (None without a group column; a missing value
-    is no group).
+    is no group). ``text_option`` is the option that named ``text_column``.
     """
     path = _existing(path, "file")
     if path.name.lower().endswith(".txt") and not path.is_dir():
         for option, given in (
-            ("--text-column", text_column),
+            (text_option, text_column),
             ("--group-column", group_column),
         ):
             if given is not None:
@@ -520,7 +574,7 @@ def read_queries(path, query_column, text_column, group_column=None):
     frame = read_table(path, text_columns=(query_column,))
     columns = {"--query-column": query_column}
     if text_column is not None:
-        columns["--text-column"] = text_column
+        columns[text_option] = text_column
     require_columns(frame, columns, path)
     if len(frame) == 0:
         raise UserError(f"{path}: the table has no rows; expected one per query")

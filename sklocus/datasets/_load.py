@@ -19,13 +19,14 @@ BY-NC-SA 4.0; not distributed with sklocus):
 
 from __future__ import annotations
 
-from importlib import resources
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 
+from sklocus._shipped import shipped_folder
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import from_long
 
@@ -129,6 +130,15 @@ def load_evaluations(path, *, encoder="all-MiniLM-L6-v2"):
                 f"{models_path} has more than one row for model {repeated!r}; give "
                 "each model one row"
             )
+        unevaluated = ~models["model"].isin(model_names)
+        if unevaluated.any():
+            warnings.warn(
+                f"{models_path} lists {int(unevaluated.sum())} model(s) that "
+                f"{folder / 'responses.parquet'} has no row for, such as "
+                f"{models['model'][unevaluated].iloc[0]!r}; they are left out",
+                UserWarning,
+                stacklevel=2,
+            )
         models = models.set_index("model").reindex(model_names).reset_index()
     else:
         models = pd.DataFrame({"model": model_names})
@@ -193,6 +203,4 @@ def load_llmrouter(*, encoder="all-MiniLM-L6-v2"):
     >>> len(data.model_names), data.queries["split"].value_counts()["test"]
     (9, np.int64(500))
     """
-    folder = resources.files("sklocus.datasets") / "data" / "llmrouter"
-    with resources.as_file(folder) as path:
-        return load_evaluations(path, encoder=encoder)
+    return load_evaluations(shipped_folder("llmrouter"), encoder=encoder)
