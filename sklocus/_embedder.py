@@ -862,7 +862,9 @@ class LocusEmbedder(
         default scoring prefer the embedder whose probabilities fit unseen
         evaluations best, where thresholded accuracy ties settings that differ only
         in calibration. :func:`sklocus.metrics.get_scorer` gives the Brier score,
-        ROC AUC and accuracy of the same predictions.
+        ROC AUC and accuracy of the same predictions, for ``scoring=``:
+        scikit-learn's own strings (``scoring="roc_auc"``) need a ``y``, which an
+        embedder does not take, and fail (:ref:`scoring_strings`).
 
         Parameters
         ----------

@@ -259,7 +259,8 @@ def get_scorer(name):
 
     scikit-learn's own scorer strings need a 2-D ``X`` and labels ``y``, which
     neither :class:`~sklocus.LocusEmbedder` nor :class:`~sklocus.LocusRouter`
-    takes; these scorers give the same names their meaning here. For a
+    takes (:ref:`scoring_strings` says what each string does instead); these
+    scorers give the same names their meaning here. For a
     ``LocusEmbedder`` they score the held-out quarter of each evaluation set, as
     :meth:`LocusEmbedder.score <sklocus.LocusEmbedder.score>` does; for a
     ``LocusRouter`` ``scorer(router, queries, Y)`` scores

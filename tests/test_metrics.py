@@ -3,7 +3,9 @@
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.model_selection import KFold, cross_validate
+from sklearn.base import clone
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import KFold, cross_val_score, cross_validate
 from tiny import TINY_NETWORK
 
 from sklocus import KCenterSelector, LocusEmbedder, LocusRouter
@@ -145,3 +147,29 @@ def test_the_router_scores_by_routing_accuracy(data):
     assert router.score(queries, Y, sample_weight=weights) == routing_accuracy(
         scores, probabilities, sample_weight=weights
     )
+
+
+def test_scikit_learn_roc_auc_scores_a_router_per_model_on_a_full_table():
+    # scikit-learn's "roc_auc" reads a complete 0/1 Y as multilabel targets, a
+    # column per model, and the router's decision_function as their scores: the
+    # ROC AUC of each model's predicted correctness, averaged over the models.
+    data = make_evaluations(
+        n_models=6, n_queries=80, evals_per_model=(80, 80), query_dim=8, random_state=0
+    )
+    scores, queries = to_matrix(data.evaluation_sets)
+    assert not np.isnan(scores).any()
+    Y = pd.DataFrame(scores, columns=data.model_names)
+    router = LocusRouter(
+        LocusEmbedder(query_encoder=data.encoder, **TINY_NETWORK), refine_steps=0
+    )
+    cv = KFold(2, shuffle=True, random_state=0)
+    found = cross_val_score(
+        router, queries, Y, scoring="roc_auc", cv=cv, error_score="raise"
+    )
+    for (train, test), score in zip(cv.split(queries), found):
+        fitted = clone(router).fit([queries[i] for i in train], Y.iloc[train])
+        predicted = fitted.predict_correctness([queries[i] for i in test])
+        per_model = [
+            roc_auc_score(Y.iloc[test, j], predicted[:, j]) for j in range(Y.shape[1])
+        ]
+        assert score == pytest.approx(np.mean(per_model))

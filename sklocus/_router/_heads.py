@@ -61,7 +61,7 @@ def unseen_logits(scorer, queries, scores, vectors, model_offsets):
     found = np.full(scores.shape, np.nan)
     offsets = None if model_offsets is None else model_offsets[embedded]
     found[np.ix_(rows, np.flatnonzero(embedded))] = scorer.locus_logits(
-        locus.embed([s for s in sets if s]), offsets, vectors[rows]
+        locus.embed([s for s in sets if s], report=False), offsets, vectors[rows]
     )
     return unseen, found
 

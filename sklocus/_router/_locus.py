@@ -84,14 +84,24 @@ class Locus:
         # into, or None for another embedder.
         self.inner = inner_locus(embedder)
 
-    def embed(self, evaluation_sets):
-        """Embeddings of models, refined as ``refine_steps`` says, float32."""
+    def embed(self, evaluation_sets, report=True):
+        """Embeddings of models, refined as ``refine_steps`` says, float32.
+
+        ``report=False`` embeds without the embedder's progress lines: the
+        stages' embeddings from parts of each model's evaluations, which would
+        otherwise repeat "Embedding models" and "Refining embeddings" for the
+        same models within one fit (the router's caller reports the fit).
+        """
         embedder = self.embedder
-        if self.refine_steps is not None and self.inner is not None:
+        quiet = not report and getattr(self.inner, "verbose", 0)
+        if self.inner is not None and (self.refine_steps is not None or quiet):
             # A shallow copy shares the fitted network and leaves the user's
             # embedder (perhaps frozen, perhaps shared) as it was.
             embedder = copy.copy(self.inner)
-            embedder.refine_steps = self.refine_steps
+            if self.refine_steps is not None:
+                embedder.refine_steps = self.refine_steps
+            if quiet:
+                embedder.verbose = 0
         return np.asarray(embedder.transform(evaluation_sets), dtype=np.float32)
 
     def probabilities(self, embeddings, queries):
@@ -128,7 +138,7 @@ class Locus:
             ]
             z = np.zeros((scores.shape[1], width), np.float32)
             if sets:
-                z[both] = self.embed(sets)
+                z[both] = self.embed(sets, report=False)
             embeddings.append(z)
         return half, embeddings
 

@@ -1,6 +1,9 @@
 """A router as scikit-learn's tools read a classifier: ``score``, ``predict_proba``.
 
-Its ``score`` is how well it routes, as a classifier's is its accuracy.
+Its ``score`` is how well it routes, as a classifier's is its accuracy; its
+``decision_function`` is each model's probability of a correct answer, one column
+per model as a multilabel classifier's, which scikit-learn's ``"roc_auc"`` and
+``"average_precision"`` scorers read.
 """
 
 from __future__ import annotations
@@ -41,11 +44,41 @@ class RoutingScoreMixin:
         probabilities = self.predict_correctness(X, query_groups).astype(np.float64)
         return probabilities / probabilities.sum(axis=1, keepdims=True)
 
+    def decision_function(self, X, query_groups=None):
+        """Probability that each model answers each query correctly, for scorers.
+
+        :meth:`predict_correctness` under the name scikit-learn's scorers look for
+        first: with ``Y`` as labels, a column per model, ``scoring="roc_auc"`` (or
+        ``"average_precision"``) measures how well each model's correct answers
+        are told from its wrong ones, averaged over the models. scikit-learn's
+        metrics need ``Y`` complete and of 0/1 scores; a ``Y`` with gaps needs
+        :func:`sklocus.metrics.get_scorer`, whose scorers skip them.
+
+        Parameters
+        ----------
+        X : sequence of length n_queries
+            Queries.
+        query_groups : array-like of shape (n_queries,), default=None
+            The queries' groups (see :meth:`predict_correctness`).
+
+        Returns
+        -------
+        ndarray of shape (n_queries, n_models)
+            Columns in the order of ``classes_``.
+        """
+        return self.predict_correctness(X, query_groups)
+
     def score(self, X, Y, sample_weight=None, query_groups=None):
         """Routing accuracy: the mean observed score of the chosen model.
 
         Each query is routed with :meth:`predict`; queries whose chosen model has no
-        observed score in ``Y`` are left out of the mean.
+        observed score in ``Y`` are left out of the mean. It is what
+        ``GridSearchCV`` and ``cross_val_score`` maximise by default; for how well
+        the router predicts correctness instead, pass
+        ``scoring=sklocus.metrics.get_scorer("neg_log_loss")`` (or ``"roc_auc"``,
+        ``"neg_brier_score"``, ``"accuracy"``): scikit-learn's own strings read
+        ``Y`` as class labels, which a ``Y`` with gaps is not
+        (:ref:`scoring_strings`).
 
         Parameters
         ----------
