@@ -160,3 +160,52 @@ def test_the_user_guide_and_docstrings_name_no_commit():
             assert not _COMMIT.search(line), (
                 f"{path.relative_to(ROOT)}:{number} names a commit: {line.strip()[:120]}"
             )
+
+
+# Options every command that reads evaluations shares: cli.rst lists them once.
+_SHARED_OPTIONS = {
+    "--help",
+    "--model-column",
+    "--query-column",
+    "--score-column",
+    "--text-column",
+    "--queries-text-column",
+    "--duplicates",
+    "--query-vectors",
+    "--query-ids",
+    "--encoding-cache",
+    "--no-encoding-cache",
+}
+
+
+def test_the_command_lines_synopsis_lists_every_option():
+    from sklocus.cli import build_parser
+
+    text = (DOCS / "user_guide" / "cli.rst").read_text(encoding="utf-8")
+    synopsis = text[: text.index("A session\n")]
+    commands = next(a for a in build_parser()._actions if a.dest == "command")
+    missing = {}
+    for name, parser in commands.choices.items():
+        # A command's line, and the lines that go on with it (indented, "[").
+        lines = synopsis.splitlines()
+        first = next(
+            (
+                i
+                for i, line in enumerate(lines)
+                if line.split()[:2] == ["sklocus", name]
+            ),
+            None,
+        )
+        assert first is not None, f"cli.rst's synopsis has no line for {name}"
+        shown = lines[first]
+        for line in lines[first + 1 :]:
+            if not line.strip().startswith("["):
+                break
+            shown += line
+        for action in parser._actions:
+            options = set(action.option_strings) - _SHARED_OPTIONS
+            long = [option for option in options if option.startswith("--")]
+            if not long or any(re.search(rf"{o}\b", shown) for o in options):
+                continue
+            missing.setdefault(name, []).extend(long)
+    assert not missing, f"options missing from cli.rst's synopsis: {missing}"

@@ -736,8 +736,9 @@ def _add_serve_command(commands):
     server.add_argument(
         "--token-file",
         metavar="FILE",
-        help="a file holding the token that onboarding, removal and feedback "
-        f"require as 'Authorization: Bearer TOKEN' (default: the environment variable "
+        help="a file holding the token that onboarding, removal, feedback and "
+        "(with --upstreams) chat completions require as 'Authorization: Bearer "
+        "TOKEN' (default: the environment variable "
         f"{TOKEN_VARIABLE}, if set; no token otherwise). Never give the token "
         "itself on the command line, where other users can read it",
     )
