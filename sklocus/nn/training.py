@@ -15,10 +15,13 @@ import threading
 import numpy as np
 import torch
 from skorch.callbacks import Callback, PrintLog
+from skorch.dataset import get_len
 from skorch.utils import Ansi
 from torch import nn
 from torch.utils.data import Dataset
 
+from sklocus import _progress
+from sklocus._progress import Progress
 from sklocus.nn.batching import pad
 
 
@@ -281,6 +284,79 @@ class StopOnNonFiniteLoss(Callback):
                 f"diverged. Lower the learning rates (lr={net.lr:g}) or "
                 "predictor_lr, or raise weight_decay"
             )
+
+
+# On a terminal an epoch's line shows once the epoch has lasted this long (as
+# the embedder's other steps do): a shorter one is not worth a line, and one
+# drawn after a second leaves no silence of two.
+_EPOCH_DELAY = 1.0
+
+
+class EpochProgress(Callback):
+    """Report how far each epoch has come, through :class:`~sklocus._progress.Progress`.
+
+    skorch's table of epochs gains a row only when an epoch ends, which on a
+    large pool is minutes of silence. On a terminal, an epoch that lasts a
+    second is one line redrawn in place (``Epoch 2 of 10: 45/136 batches
+    (33%), 9 s``), cleared when the row comes. In a log, an epoch that lasts
+    :data:`~sklocus._progress._LINE_SECONDS` writes plain lines as other long
+    steps do, so that a short one leaves only its row. Training and validation
+    batches both count, as both take the epoch's time.
+    """
+
+    def __init__(self):
+        self.progress_ = None
+
+    def on_epoch_begin(self, net, dataset_train=None, dataset_valid=None, **kwargs):
+        """Start the epoch's step, counting its training and validation batches."""
+        self.end()
+        batches = 0
+        for dataset, iterator in (
+            (dataset_train, "iterator_train"),
+            (dataset_valid, "iterator_valid"),
+        ):
+            if dataset is not None:
+                size = net.get_params().get(f"{iterator}__batch_size", net.batch_size)
+                batches += -(-get_len(dataset) // size)
+        self.progress_ = Progress(
+            f"Epoch {len(net.history)} of {net.max_epochs}",
+            batches,
+            "batch",
+            delay=_EPOCH_DELAY,
+            log_delay=_progress._LINE_SECONDS,
+            says_end=False,
+        ).__enter__()
+
+    def on_batch_end(self, net, **kwargs):
+        """Count one more batch."""
+        if self.progress_ is not None:
+            self.progress_.advance()
+
+    def on_epoch_end(self, net, **kwargs):
+        """End the epoch's step before skorch prints its row."""
+        self.end()
+
+    def on_train_end(self, net, **kwargs):
+        """End a step that an interrupt cut short, keeping how far it came."""
+        self.end(KeyboardInterrupt)
+
+    def end(self, error=None):
+        """End the epoch's step, if one runs; ``error``, the exception that ended it.
+
+        Training that fails with an exception reaches no callback, so whoever
+        called ``fit`` ends the step; until then it would be redrawn below the
+        error.
+        """
+        progress, self.progress_ = self.progress_, None
+        if progress is not None:
+            progress.__exit__(error, None, None)
+
+
+def end_epoch_progress(net, error):
+    """End ``net``'s epoch progress after ``error`` stopped training mid-epoch."""
+    for _, callback in getattr(net, "callbacks_", []):
+        if isinstance(callback, EpochProgress):
+            callback.end(type(error))
 
 
 # Why a fit's training ended, as LocusEmbedder.stop_reason_ says it.
