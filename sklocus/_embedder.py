@@ -312,11 +312,12 @@ class LocusEmbedder(
         improved for ``patience`` epochs), ``"max_epochs"`` (the cap was reached
         with the validation loss no longer falling, or with no validation),
         ``"max_epochs_improving"`` (the cap was reached while the validation loss
-        still fell: the last epoch was the best, and a larger ``max_epochs`` may
-        fit better) or ``"callback"`` (one of ``callbacks`` ended it). Not a
-        warning: the default cap on small pools is reached with the loss still
-        falling by design, as more epochs routed no better there
-        (docs/research/budget.md); ``sklocus fit`` prints it with a hint.
+        still fell clearly: the last epoch was the best, and the loss fell by
+        more than 0.3% of itself an epoch over the last three, so a larger
+        ``max_epochs`` may fit better) or ``"callback"`` (one of ``callbacks``
+        ended it). A loss that still creeps down at the cap is
+        ``"max_epochs"``: more epochs would cost their time for little.
+        ``sklocus fit`` says which, with a hint only for the one that pays.
     encoding_time_ : float
         Seconds ``fit`` spent encoding the training queries (the epochs' own
         durations are ``history_[:, "dur"]``).
