@@ -43,6 +43,7 @@ from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
 from sklocus.nn.training import (
     ModelSetDataset,
     draws_per_model,
+    end_epoch_progress,
     interrupts_noticed,
     stop_reason,
 )
@@ -276,10 +277,14 @@ class LocusEmbedder(
     callbacks : list of skorch callbacks or None, default=None
         Passed to the skorch ``NeuralNet``.
     verbose : int, default=0
-        1 prints a line per epoch, and shows a progress bar when standard error
-        is a terminal; it also reports the progress of embedding and refinement
-        (``transform``, ``score``) once they have lasted a second: a line
-        redrawn on a terminal, a few plain lines elsewhere.
+        0 prints nothing, as scikit-learn's estimators do. 1 prints skorch's
+        table of epochs (a row as each ends, on standard output) and, on
+        standard error, each epoch's progress once it has lasted a second:
+        a line redrawn on a terminal (``Epoch 2 of 10: 45/136 batches (33%),
+        9 s``), cleared when the row comes; in a log, plain lines only for an
+        epoch that lasts 10 seconds. It also reports the progress of embedding
+        and refinement (``transform``, ``score``) once they have lasted a
+        second, in the same way.
 
     Attributes
     ----------
@@ -307,11 +312,12 @@ class LocusEmbedder(
         improved for ``patience`` epochs), ``"max_epochs"`` (the cap was reached
         with the validation loss no longer falling, or with no validation),
         ``"max_epochs_improving"`` (the cap was reached while the validation loss
-        still fell: the last epoch was the best, and a larger ``max_epochs`` may
-        fit better) or ``"callback"`` (one of ``callbacks`` ended it). Not a
-        warning: the default cap on small pools is reached with the loss still
-        falling by design, as more epochs routed no better there
-        (docs/research/budget.md); ``sklocus fit`` prints it with a hint.
+        still fell clearly: the last epoch was the best, and the loss fell by
+        more than 0.3% of itself an epoch over the last three, so a larger
+        ``max_epochs`` may fit better) or ``"callback"`` (one of ``callbacks``
+        ended it). A loss that still creeps down at the cap is
+        ``"max_epochs"``: more epochs would cost their time for little.
+        ``sklocus fit`` says which, with a hint only for the one that pays.
     encoding_time_ : float
         Seconds ``fit`` spent encoding the training queries (the epochs' own
         durations are ``history_[:, "dur"]``).
@@ -534,14 +540,18 @@ class LocusEmbedder(
             )
             draws = draws_per_model(ragged.n_sets, schedule[2])
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
-            if previous is None:
-                net.fit(models, y=None)
-            else:
-                net.initialize()
-                net.module_.load_state_dict(previous.module_.state_dict())
-                # partial_fit trains the network as it stands; fit would
-                # initialise it afresh.
-                net.partial_fit(models, y=None)
+            try:
+                if previous is None:
+                    net.fit(models, y=None)
+                else:
+                    net.initialize()
+                    net.module_.load_state_dict(previous.module_.state_dict())
+                    # partial_fit trains the network as it stands; fit would
+                    # initialise it afresh.
+                    net.partial_fit(models, y=None)
+            except Exception as error:
+                end_epoch_progress(net, error)
+                raise
         if interrupted:
             # The user's Ctrl-C, which skorch took for a callback's stop. No partly
             # trained network is kept: a fine-tuned embedder stays as it was, one

@@ -141,10 +141,17 @@ class Progress:
         Units of work in the step.
     unit : str
         Their name in the singular, such as ``"text"``; counts other than one
-        add an "s".
+        add an "s" ("es" after s, x, ch and sh: ``"batch"``, ``"batches"``).
     delay : float, default=0.0
         Seconds during which nothing is shown: a step done sooner says nothing,
         a longer one starts reporting then.
+    log_delay : float or None, default=None
+        The same in plain lines, where ``None`` is ``delay``: a step repeated
+        many times (an epoch) may be worth a redrawn line on a terminal, which
+        leaves no trace, but not a few lines in a log each time.
+    says_end : bool, default=True
+        ``False`` leaves the end to what follows (a table row that says the
+        time): the terminal's line is cleared, and a log gets no end line.
     enabled : bool, default=True
         ``False`` shows nothing at all, so that callers need no second path.
 
@@ -162,11 +169,23 @@ class Progress:
     3
     """
 
-    def __init__(self, label, total, unit, *, delay=0.0, enabled=True):
+    def __init__(
+        self,
+        label,
+        total,
+        unit,
+        *,
+        delay=0.0,
+        log_delay=None,
+        says_end=True,
+        enabled=True,
+    ):
         self.label = label
         self.total = int(total)
         self.unit = unit
         self.delay = delay
+        self.log_delay = log_delay
+        self.says_end = says_end
         self.enabled = enabled
         self.done = 0
 
@@ -229,7 +248,9 @@ class Progress:
                 _screen.write(end + "\n")
 
     def _delay(self):
-        return self.delay
+        if self.log_delay is None or self._terminal:
+            return self.delay
+        return self.log_delay
 
     def _tick(self, now):
         """Report if the step has been still too long; the ticker calls it.
@@ -275,10 +296,15 @@ class Progress:
         )
 
     def _end_line(self, elapsed):
+        if not self.says_end:
+            return None
         return f"{self.label}: {self._count(self.done)} in {elapsed:.1f} s."
 
     def _count(self, n):
-        return f"{n:,} {self.unit}{'s' * (n != 1)}"
+        if n == 1:
+            return f"{n:,} {self.unit}"
+        plural = "es" if self.unit.endswith(("s", "x", "ch", "sh")) else "s"
+        return f"{n:,} {self.unit}{plural}"
 
 
 class _Status(Progress):

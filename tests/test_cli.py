@@ -4,19 +4,24 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 from sklearn.frozen import FrozenEstimator
+from skorch.history import History
 from vectors import assert_same_vectors
 
-from sklocus import LocusRouter, ScoreEstimator
+from sklocus import LocusRouter, ScoreEstimator, _progress
 from sklocus import load as load_model_file
 from sklocus import save as sklocus_save
 from sklocus.cli import main
+from sklocus.cli._models import training_summary
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
+from sklocus.nn import training
+from sklocus.nn.training import stop_reason
 
 # Most tests drive the command in fresh processes around a trained model file.
 pytestmark = pytest.mark.slow
@@ -107,6 +112,74 @@ def test_fit_saves_a_model_file_and_summarises_training(workspace):
     assert "Saved the embedder to model.sklocus" in fit.stderr
     embedder = load_model_file(folder / "model.sklocus")
     assert embedder.embedding_dim == 16 and embedder.n_latents == 4
+
+
+def _capped_fit(valid_losses):
+    """What training_summary reads of an embedder stopped at its epoch cap."""
+    history = History(
+        [
+            {"epoch": i + 1, "train_loss": 0.7, "valid_loss": loss, "dur": 1.0}
+            for i, loss in enumerate(valid_losses)
+        ]
+    )
+    best = int(np.argmin(valid_losses))
+    early = SimpleNamespace(misses_=len(valid_losses) - 1 - best, patience=5)
+    net = SimpleNamespace(
+        history=history,
+        max_epochs=len(valid_losses),
+        callbacks_=[("early_stopping", early)],
+    )
+    return SimpleNamespace(
+        history_=history,
+        encoding_time_=0.0,
+        patience=5,
+        stop_reason_=stop_reason(net),
+    )
+
+
+def test_fit_asks_for_more_epochs_only_while_the_loss_falls_clearly():
+    # Flattened: each epoch the best, but by 0.07%; no "more epochs" hint.
+    flat = training_summary(
+        _capped_fit([0.690, 0.600, 0.5900, 0.5895, 0.5890, 0.5887]),
+        10.0,
+        hint="--set max_epochs={}",
+    )
+    assert (
+        "Stopped at the epoch cap, 6 of 6, with the validation loss flattening" in flat
+    )
+    assert "0.07% an epoch over the last 3, under the 0.3%" in flat
+    assert "max_epochs=" not in flat
+    turned = training_summary(
+        _capped_fit([0.690, 0.600, 0.580, 0.590]), 10.0, hint="--set max_epochs={}"
+    )
+    assert "no longer falling" in turned and "max_epochs=" not in turned
+    falling = training_summary(
+        _capped_fit([0.690, 0.660, 0.630, 0.610, 0.590]),
+        10.0,
+        hint="--set max_epochs={}",
+    )
+    assert "with the validation loss still falling (3.95% an epoch" in falling
+    assert "--set max_epochs=10 may fit better" in falling
+
+
+def test_fit_shows_each_epoch_and_says_why_it_stopped(workspace, capsys, monkeypatch):
+    folder, _, _, _ = workspace
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(training, "_EPOCH_DELAY", 0.0)
+    vectors = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
+    settings = ["--set", "embedding_dim=16", "--set", "n_latents=4"]
+    settings += ["--set", "epoch_size=128", "--random-state", "0"]
+    fit = in_process(
+        "fit", "evals.csv", "-o", "three.sklocus", *vectors, *settings,
+        "--set", "max_epochs=3", cwd=folder, capsys=capsys,
+    )  # fmt: skip
+    succeeded(fit)
+    assert "\rEpoch 1 of 3: 0/" in fit.stderr and "\rEpoch 3 of 3: " in fit.stderr
+    stopped = [line for line in fit.stderr.splitlines() if "Stopped" in line]
+    assert len(stopped) == 1
+    hinted = "--set max_epochs=6 may fit better" in stopped[0]
+    assert hinted == ("still falling" in stopped[0])
+    assert stopped[0].startswith("Stopped at the epoch cap, 3 of 3, with the valid")
 
 
 def test_embed_writes_one_row_per_model(workspace):

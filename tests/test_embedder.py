@@ -23,11 +23,11 @@ from sklearn.utils.estimator_checks import (
 from skorch.callbacks import Callback
 from vectors import assert_same_probabilities, assert_same_vectors
 
-from sklocus import LocusEmbedder, PrecomputedEncoder
+from sklocus import LocusEmbedder, PrecomputedEncoder, _progress
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 from sklocus.metrics import correctness_accuracy, correctness_log_likelihood
-from sklocus.nn import LocusNetwork
+from sklocus.nn import LocusNetwork, training
 
 TINY = dict(
     embedding_dim=16,
@@ -376,6 +376,58 @@ def test_verbose_prints_progress(data, capsys):
     ).fit(data.evaluation_sets)
     captured = capsys.readouterr()
     assert "train_loss" in captured.out
+
+
+def test_verbose_draws_each_epoch_on_a_terminal(data, capsys, monkeypatch):
+    # An epoch of a large pool lasts minutes before skorch prints its row; on a
+    # terminal a redrawn line shows it moving, cleared before the row comes.
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(training, "_EPOCH_DELAY", 0.0)
+    params = {**TINY, "max_epochs": 2, "epoch_size": 64, "batch_size": 8}
+    LocusEmbedder(query_encoder=data.encoder, **params, verbose=1).fit(
+        data.evaluation_sets
+    )
+    captured = capsys.readouterr()
+    draws = captured.err.split("\r")
+    # A small pool validates every model: 2 draws of each of the 48, and 2 in
+    # training (64 draws at least): 12 batches of 8 each, 24 in an epoch.
+    assert any(draw.startswith("Epoch 1 of 2: 0/24 batches (0%)") for draw in draws)
+    assert any(draw.startswith("Epoch 2 of 2: 12/24 batches (50%)") for draw in draws)
+    # Cleared, not ended: the table's row says how long the epoch took.
+    assert "Epoch 2 of 2" not in draws[-1] and not draws[-1].strip()
+    assert "train_loss" in captured.out
+
+
+def test_verbose_leaves_a_log_plain_when_epochs_are_short(data, capsys):
+    LocusEmbedder(
+        query_encoder=data.encoder, **{**TINY, "max_epochs": 2, "verbose": 1}
+    ).fit(data.evaluation_sets)
+    captured = capsys.readouterr()
+    assert "Epoch" not in captured.err and "\r" not in captured.err
+    assert "\r" not in captured.out and "\x1b" not in captured.out
+
+
+class NaNWeightsMidEpoch(Callback):
+    """Make every weight NaN after the first batch, so that the fit fails."""
+
+    def on_batch_end(self, net, **kwargs):
+        with torch.no_grad():
+            for parameter in net.module_.parameters():
+                parameter.fill_(float("nan"))
+
+
+def test_a_failed_fit_ends_its_epoch_line(data, capsys, monkeypatch):
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(training, "_EPOCH_DELAY", 0.0)
+    embedder = LocusEmbedder(
+        query_encoder=data.encoder,
+        **{**TINY, "verbose": 1, "callbacks": [("nan", NaNWeightsMidEpoch())]},
+    )
+    with pytest.raises(FloatingPointError):
+        embedder.fit(data.evaluation_sets)
+    # Ended where it stopped, and no longer redrawn below the error.
+    assert capsys.readouterr().err.endswith("\n")
+    assert not _progress._screen.steps
 
 
 def test_verbose_reports_long_embeddings_and_refinements(

@@ -467,3 +467,26 @@ def test_refinement_moves_less_under_a_larger_penalty():
     ]
     assert (moved[0] > moved[1]).all() and (moved[1] > moved[2]).all()
     assert (moved[2] < 0.05).all()
+
+
+# Validation losses at the epoch cap, and whether more epochs pay.
+FALLING = [0.690, 0.660, 0.630, 0.610, 0.590]
+# Last is best, by more than early stopping's threshold (1e-4), yet flat: 0.07%
+# an epoch, which asked for more epochs under the old rule.
+CREEPING = [0.690, 0.600, 0.5900, 0.5895, 0.5890, 0.5887]
+TURNED = [0.690, 0.600, 0.580, 0.590]
+
+
+@pytest.mark.parametrize(
+    "losses, pays",
+    [(FALLING, True), (CREEPING, False), (TURNED, False), ([0.69], False)],
+)
+def test_more_epochs_pay_only_while_the_validation_loss_falls_clearly(losses, pays):
+    from sklocus.nn.training import FALLING_TOLERANCE, recent_fall, still_falling
+
+    assert still_falling(losses) is pays
+    if pays:
+        assert recent_fall(losses) > FALLING_TOLERANCE
+    # The mean fall over the last three epochs, relative to the last loss.
+    assert recent_fall(FALLING) == pytest.approx((0.660 - 0.590) / 3 / 0.590)
+    assert recent_fall([0.69]) is None

@@ -144,3 +144,23 @@ def test_say_clears_the_drawn_line_first(capsys, terminal):
     drawn = "Encoding query texts: 0/3 texts (0%), 0 s"
     cleared = f"\r{' ' * len(drawn)}\r"
     assert err.startswith(f"\r{drawn}{cleared}Query texts: 1 of 3 from the encoding")
+
+
+def test_a_step_may_wait_longer_in_a_log_and_leave_its_end_to_what_follows(
+    capsys, monkeypatch
+):
+    # An epoch: drawn at once on a terminal, silent in a log unless it lasts,
+    # and ended by the table row that follows rather than a line of its own.
+    def epoch():
+        with Progress(
+            "Epoch 1 of 3", 10, "batch", log_delay=3600, says_end=False
+        ) as progress:
+            progress.advance(10)
+
+    epoch()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    epoch()
+    err = capsys.readouterr().err
+    assert err.startswith("\rEpoch 1 of 3: 0/10 batches (0%), 0 s")
+    assert err.endswith("\r") and "\n" not in err

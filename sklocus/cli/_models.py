@@ -41,6 +41,7 @@ from sklocus.cli._tables import (
     write_table,
 )
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
+from sklocus.nn.training import FALLING_TOLERANCE, FALLING_WINDOW, recent_fall
 
 # Parameters that the command line sets through options of their own, or that
 # hold Python objects a command line cannot give.
@@ -128,7 +129,12 @@ def training_summary(embedder, elapsed, hint):
 
 
 def _stop_sentence(embedder, epochs, hint):
-    """Say why training stopped (``embedder.stop_reason_``), with a hint at the cap."""
+    """Say why training stopped (``embedder.stop_reason_``), and whether more pays.
+
+    More epochs are suggested only when the validation loss still fell clearly
+    at the cap (:func:`sklocus.nn.training.still_falling`); otherwise the
+    sentence says why the cap was a fine place to stop.
+    """
     reason = embedder.stop_reason_
     if reason == "early_stopping":
         patience = embedder.patience
@@ -136,21 +142,32 @@ def _stop_sentence(embedder, epochs, hint):
             f"Stopped early at epoch {epochs}: the validation loss had not improved "
             f"for {patience} epochs (patience={patience})."
         )
-    if reason == "max_epochs_improving":
-        return (
-            f"Stopped at the epoch cap, {epochs} of {epochs}, with the validation "
-            f"loss still falling; {hint.format(2 * epochs)} may fit better, at "
-            "about twice the training time."
-        )
     if reason == "callback":
         return f"Stopped at epoch {epochs} by a callback."
-    validated = "valid_loss" in embedder.history_[-1]
-    if validated and epochs > 1:
+    cap = f"Stopped at the epoch cap, {epochs} of {epochs}"
+    losses = [row.get("valid_loss") for row in embedder.history_]
+    if None in losses:
+        return f"{cap}, with no validation loss to tell whether more epochs pay."
+    fall = recent_fall(losses)
+    if fall is None:
+        return f"{cap}."
+    window = min(FALLING_WINDOW, epochs - 1)
+    over = f"{fall:.2%} an epoch over the last {window}"
+    if reason == "max_epochs_improving":
         return (
-            f"Stopped at the epoch cap, {epochs} of {epochs}, with the validation "
-            "loss no longer falling."
+            f"{cap}, with the validation loss still falling ({over}); "
+            f"{hint.format(2 * epochs)} may fit better, at about twice the "
+            "training time."
         )
-    return f"Stopped at the epoch cap, {epochs} of {epochs}."
+    if min(losses) < losses[-1]:
+        return (
+            f"{cap}, with the validation loss no longer falling: more epochs "
+            "would not pay."
+        )
+    return (
+        f"{cap}, with the validation loss flattening ({over}, under the "
+        f"{FALLING_TOLERANCE:.1%} at which more epochs pay): no need for more."
+    )
 
 
 def routing_line(router, held, groups=None, exclude=None):

@@ -14,11 +14,12 @@ import copy
 import numpy as np
 import torch
 from skorch import NeuralNet
-from skorch.callbacks import EarlyStopping, ProgressBar
+from skorch.callbacks import EarlyStopping
 
 from sklocus._progress import on_terminal
 from sklocus.nn.network import LocusNetwork
 from sklocus.nn.training import (
+    EpochProgress,
     MaskedBCEWithLogitsLoss,
     ModelSplit,
     PlainPrintLog,
@@ -118,7 +119,11 @@ def training_network(params, ragged, vectors, *, seed, schedule, device):
     skorch.NeuralNet
         Not initialised.
     """
-    callbacks = [
+    callbacks = []
+    if params["verbose"]:
+        # First, so that its line is ended before early stopping's message.
+        callbacks.append(("epoch_progress", EpochProgress()))
+    callbacks += [
         ("query_noise", QueryNoiseSchedule(*params["query_noise"])),
         ("non_finite_loss", StopOnNonFiniteLoss()),
     ]
@@ -139,8 +144,6 @@ def training_network(params, ragged, vectors, *, seed, schedule, device):
                 ),
             )
         )
-    if params["verbose"] and on_terminal():
-        callbacks.append(("progress_bar", ProgressBar()))
     # Copies: fit must leave the user's callback objects (parameters of this
     # estimator) as they were, and two fits must not share their state.
     callbacks.extend(copy.deepcopy(list(params["callbacks"] or [])))
