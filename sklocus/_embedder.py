@@ -18,7 +18,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._device import resolve_device
-from sklocus._progress import Progress
+from sklocus._progress import Progress, status
 from sklocus._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
 from sklocus._versioning import VersionStampMixin
 from sklocus.encoders import SentenceEncoder, as_query_list, check_query_encoder
@@ -542,7 +542,11 @@ class LocusEmbedder(
             models = ModelSetDataset(np.arange(ragged.n_sets), draws)
             try:
                 if previous is None:
-                    net.fit(models, y=None)
+                    # What fit does, with the set-up said: creating the optimiser
+                    # imports much of torch the first time, seconds in all.
+                    with status("Preparing the training", enabled=bool(self.verbose)):
+                        net.initialize()
+                    net.partial_fit(models, y=None)
                 else:
                     net.initialize()
                     net.module_.load_state_dict(previous.module_.state_dict())
