@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sklocus._file_kinds import describe, file_kind
 from sklocus._files import write_atomically
 from sklocus._validation import has_control_character
 from sklocus.cli._common import (
@@ -29,7 +30,6 @@ from sklocus.cli._common import (
     table_kind,
     unknown_table,
 )
-from sklocus.evaluations import from_long, to_matrix
 
 # Columns of an embedding table besides the vector's z0, z1, ...
 MODEL, SIZE = "model", "n_evaluations"
@@ -51,6 +51,13 @@ INPUTS = {
     "token_file": "--token-file",
 }
 OUTPUTS = {"output": "-o/--output", "router_file": "--router-file"}
+# The inputs that must exist when given (state a command keeps writing need not).
+_REQUIRED = ("model", "evals", "queries", "embeddings", "query_vectors", "query_ids")
+_REQUIRED += ("test_queries", "outcomes", "scores")
+# What a missing input is called, where not a plain file.
+_MISSING = {"model": "model file", "evals": "file or folder"}
+# Inputs read as evaluation tables; of the others, MODEL is a model file.
+_TABLES = ("evals", "queries", "embeddings", "outcomes", "scores")
 
 
 @dataclass
@@ -87,6 +94,8 @@ def hold_out(arguments, evaluations):
     """
     if getattr(arguments, "test_queries", None) is None:
         return evaluations, None
+    from sklocus.evaluations import to_matrix  # see _read_table
+
     source = Path(arguments.test_queries)
     listed = list(dict.fromkeys(line.strip() for line in read_lines(source)))
     if not listed:
@@ -185,11 +194,93 @@ def check_outputs(arguments):
         check_output(output, option)
         for argument, role in INPUTS.items():
             given = getattr(arguments, argument, None)
-            if given is not None and _same_file(given, output):
+            # `neighbors --model NAME` is a list of names, not a file.
+            if isinstance(given, str) and _same_file(given, output):
                 raise UserError(
                     f"argument {option}: {output} is the same file as {role} "
                     f"{given}; expected an output that is not one of the inputs"
                 )
+
+
+def check_inputs(arguments):
+    """Fail before any work when an input is missing or is the wrong kind of file.
+
+    Called before the command's module is imported, which takes seconds for
+    PyTorch: a mistyped name is reported at once. A model file given where a
+    table is expected (or a table for MODEL, as when the two are swapped) is
+    named for what its first bytes say it is.
+    """
+    for name in _REQUIRED:
+        given = getattr(arguments, name, None)
+        if isinstance(given, str) and not Path(given).exists():
+            raise UserError(f"{given}: no such {_MISSING.get(name, 'file')}")
+    model = getattr(arguments, "model", None)
+    # `neighbors --model NAME` is a list of names, not a file.
+    if isinstance(model, str) and Path(model).is_file():
+        check_model_file(model, arguments)
+    for name in _TABLES:
+        given = getattr(arguments, name, None)
+        if isinstance(given, str) and Path(given).is_file():
+            check_table_file(given, INPUTS[name])
+
+
+def check_model_file(path, arguments=None):
+    """Fail when ``path`` does not look like a model file (a safetensors file)."""
+    kind = file_kind(path)
+    if kind == "safetensors":
+        return
+    message = (
+        f"MODEL {path} is not a model file: it looks like {describe(kind)}; "
+        "expected a model file from sklocus fit"
+    )
+    evals = getattr(arguments, "evals", None)
+    if (
+        isinstance(evals, str)
+        and Path(evals).is_file()
+        and file_kind(evals) == "safetensors"
+    ):
+        message += (
+            f" (EVALS {evals} looks like one: MODEL comes first, as in "
+            f"sklocus {arguments.command} MODEL EVALS ...)"
+        )
+    raise UserError(message)
+
+
+def check_table_file(path, role=None):
+    """Fail when ``path``'s first bytes are not those of the table its name says.
+
+    A CSV file (``.csv``) is text, or gzip for ``.csv.gz``; a Parquet file
+    starts with ``PAR1``. A model file, pickle or archive is named as such. A
+    file whose name is not a table's is refused only when it is a model file
+    (given for a table, as when MODEL and EVALS are swapped): a text file may
+    be QUERIES, and the readers say what else they expect.
+    """
+    expected = table_kind(path)
+    kind = file_kind(path)
+    where = f"{role} " if role else ""
+    if expected is None:
+        if kind == "safetensors":
+            raise UserError(
+                f"{where}{path} is not a table: it looks like a model file "
+                "(safetensors), such as sklocus fit writes; expected a .csv or "
+                ".parquet table"
+            )
+        return
+    if expected == "csv":
+        fits = {"csv", "text", "empty"}
+        if str(path).lower().endswith(".gz"):
+            fits.add("compressed")
+    else:
+        fits = {"parquet"}
+    if kind in fits:
+        return
+    shown_kind = describe(kind)
+    if kind == "safetensors":
+        shown_kind = "a model file (safetensors), such as sklocus fit writes"
+    raise UserError(
+        f"{where}{path} is not {describe(expected)}, as its name says: it looks "
+        f"like {shown_kind}"
+    )
 
 
 def _same_file(a, b):
@@ -210,6 +301,7 @@ def read_table(path, *, text_columns=()):
     if path.is_dir():
         raise UserError(f"{path} is a folder; expected a .csv or .parquet file")
     kind = _kind(path)
+    check_table_file(path)
     try:
         if kind == "csv":
             frame = pd.read_csv(path, dtype={c: str for c in text_columns})
@@ -323,6 +415,10 @@ def read_evaluations(arguments, *, cost_column=None):
 
 
 def _read_table(path, arguments, cost_column):
+    # Imported here, not with the module: it brings scikit-learn, which the
+    # checks that main runs first (check_inputs) must not wait for.
+    from sklocus.evaluations import from_long
+
     model, query = arguments.model_column, arguments.query_column
     frame = read_table(path, text_columns=(model, query))
     columns = {"--model-column": model, "--query-column": query}
