@@ -9,6 +9,8 @@ query id ``7`` in a CSV file and ``"7"`` in a list of ids are the same query.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -20,7 +22,7 @@ import pandas as pd
 
 from sklocus._file_kinds import describe, file_kind
 from sklocus._files import write_atomically
-from sklocus._validation import has_control_character
+from sklocus._validation import has_control_character, shown
 from sklocus.cli._common import (
     UserError,
     encoding_cache_folder,
@@ -155,13 +157,73 @@ def read_lines(path):
     return [line for line in lines if line.strip()]
 
 
+def row_name(path, row):
+    """Name data row ``row`` (from 0, the header not counted) as its file shows it.
+
+    Every message about a row of a table read from a file says where it is
+    this way. In a CSV file, the line an editor shows: the header is line 1,
+    so data row 0 is line 2 (or further on, where a cell above spans lines). In
+    a Parquet file or a folder, ``row N`` counting from 1, as the viewers of
+    Parquet number rows.
+    """
+    row = int(row)
+    path = Path(path)
+    if path.is_file() and table_kind(path) == "csv":
+        return f"line {_csv_line(path, row)}"
+    return f"row {row + 1}"
+
+
+def _csv_line(path, row):
+    """Return the line where data row ``row`` of a CSV file starts.
+
+    The file is read again (an error is being reported), its rows counted as
+    pandas counts them: blank lines skipped.
+    """
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as file:
+            reader = csv.reader(file)
+            next(reader, None)  # the header
+            start, found = reader.line_num + 1, 0
+            for record in reader:
+                if record:
+                    if found == row:
+                        return start
+                    found += 1
+                start = reader.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error, EOFError):
+        pass
+    return row + 2  # one line a row, as most CSV files are
+
+
+def table_error(path, error):
+    """Return the UserError for what ``from_long`` raised reading ``path``.
+
+    A row it names is named as the file shows it (:func:`row_name`), and a
+    (model, query) pair in several rows names the option ``--duplicates``,
+    not the Python keyword.
+    """
+    detail = getattr(error, "detail", None)
+    if detail is None or getattr(error, "row", None) is None:
+        return UserError(f"{path}: {one_line(error)}")
+    if getattr(error, "keyword", None) == "duplicates":
+        rows = [row_name(path, row) for row in error.rows[:3]]
+        more = ", ..." if len(error.rows) > 3 else ""
+        return UserError(
+            f"{path}: {detail} ({', '.join(rows)}{more}); pass --duplicates mean or "
+            "--duplicates majority to resolve repeated evaluations"
+        )
+    return UserError(f"{path}: {row_name(path, error.row)} {one_line(detail)}")
+
+
 def check_names(values, column, path):
     """Fail on the first model name of a column that holds a control character."""
     for row, name in enumerate(values):
         if isinstance(name, str) and has_control_character(name):
             raise UserError(
-                f"{path}: row {row} has model {name!r} in column {column!r}; model "
-                "names must not hold control characters such as newlines"
+                f"{path}: {row_name(path, row)} has model {shown(name)} in column "
+                f"{column!r}; model names must not hold control characters such "
+                "as newlines"
             )
 
 
@@ -397,10 +459,11 @@ def per_model_mean(frame, model_column, column, path):
     values = pd.to_numeric(frame[column], errors="coerce")
     bad = values.isna() | ~np.isfinite(values) | (values < 0)
     if bad.any():
-        row = frame.index[int(np.argmax(bad.to_numpy()))]
+        position = int(np.argmax(bad.to_numpy()))
         raise UserError(
-            f"{path}: row {row} has {column}={frame[column].loc[row]!r}; costs must "
-            "be finite numbers of at least 0"
+            f"{path}: {row_name(path, position)} has {column}="
+            f"{shown(frame[column].iloc[position])}; costs must be finite numbers "
+            "of at least 0"
         )
     return values.groupby(frame[model_column], sort=False).mean()
 
@@ -436,7 +499,7 @@ def _read_table(path, arguments, cost_column):
             duplicates=arguments.duplicates,
         )
     except (KeyError, ValueError, TypeError) as error:
-        raise UserError(f"{path}: {one_line(error)}") from None
+        raise table_error(path, error) from None
     evaluations = Evaluations(sets, names, path, query_table=frame, model_table=frame)
     if arguments.text_column is not None:
         evaluations.texts = _texts(frame, query, arguments.text_column, path)
@@ -569,7 +632,8 @@ def read_embeddings(path):
         raise UserError(f"{path}: the table has no rows; expected one per model")
     names = frame[MODEL]
     if names.isna().any():
-        raise UserError(f"{path}: row {int(np.argmax(names.isna()))} has no model")
+        row = row_name(path, np.argmax(names.isna()))
+        raise UserError(f"{path}: {row} has no model")
     check_names(names, MODEL, path)
     if not names.is_unique:
         raise UserError(f"{path}: model {names[names.duplicated()].iloc[0]!r} repeats")
@@ -624,8 +688,8 @@ def read_queries(path, query_column, text_column, group_column=None):
         missing = frame[column].isna().to_numpy()
         if missing.any():
             raise UserError(
-                f"{path}: row {int(np.argmax(missing))} has no value in column "
-                f"{column!r}"
+                f"{path}: {row_name(path, np.argmax(missing))} has no value in "
+                f"column {column!r}"
             )
     groups = None
     if group_column is not None:
