@@ -21,8 +21,13 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from sklearn.utils.validation import check_is_fitted
 
-from sklocus._validation import check_count
-from sklocus.evaluations import RaggedEvaluations, _check_long_columns, from_long
+from sklocus._validation import check_count, shown
+from sklocus.evaluations import (
+    RaggedEvaluations,
+    _check_long_columns,
+    _row_error,
+    from_long,
+)
 
 __all__ = ["EmbeddingBatch", "embed_parquet", "iter_embeddings"]
 
@@ -266,10 +271,12 @@ def _check_runs(names, starts, index, seen, column):
     if len(again):
         name = names[again[0]]
         row = index[starts[again[0]]]
-        raise ValueError(
-            f"the rows of model {name!r} reappear at row {row}, after those of "
-            f"other models; the data must be sorted or partitioned by model "
-            f"(column {column!r}), each model's rows together"
+        raise _row_error(
+            ValueError,
+            row,
+            f"starts the rows of model {shown(name)} again, after those of other "
+            f"models; the data must be sorted or partitioned by model (column "
+            f"{column!r}), each model's rows together",
         )
 
 

@@ -43,9 +43,20 @@ def as_item_list(values, what: str) -> list:
         ) from None
 
 
-def shown(value) -> str:
-    """``repr`` of a value as a user would write it: ``'q1'``, not ``np.str_('q1')``."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
+def shown(value, limit: int = 72) -> str:
+    """``repr`` of a value as a user would write it: ``'q1'``, not ``np.str_('q1')``.
+
+    A repr longer than ``limit`` characters is cut, ending in an ellipsis (and,
+    for a text, its closing quote and its length): a message quotes a question,
+    not the page it fills.
+    """
+    value = value.item() if isinstance(value, np.generic) else value
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        return f"{text[: limit - 2]}…{text[-1]} ({len(value):,} characters)"
+    return f"{text[: limit - 1]}…"
 
 
 def check_model_names(names, what: str = "model names") -> list:

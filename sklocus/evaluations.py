@@ -23,7 +23,7 @@ import pandas as pd
 from sklearn.utils import check_random_state
 
 from sklocus._sklearn_compat import Interval, validate_params
-from sklocus._validation import as_item_list
+from sklocus._validation import as_item_list, shown
 
 __all__ = [
     "RaggedEvaluations",
@@ -205,7 +205,9 @@ def _first_bad_score(values: np.ndarray) -> tuple[int, str] | None:
     """Locate the first value that is not a valid score.
 
     Returns ``(position, reason)`` or ``None`` when every value is a finite number in
-    [0, 1]. This is the one definition of a valid score in sklocus.
+    [0, 1]; the reason is ``"missing"`` (NaN, as pandas reads an empty cell),
+    ``"non-numeric"`` or ``"out of range"``. This is the one definition of a valid
+    score in sklocus.
     """
     if values.dtype.kind not in "biuf":
         for position, value in enumerate(values):
@@ -217,24 +219,47 @@ def _first_bad_score(values: np.ndarray) -> tuple[int, str] | None:
     values = values.astype(np.float64, copy=False)
     bad = ~(np.isfinite(values) & (values >= 0.0) & (values <= 1.0))
     if bad.any():
-        return int(np.argmax(bad)), "out of range"
+        position = int(np.argmax(bad))
+        return position, "missing" if np.isnan(values[position]) else "out of range"
     return None
 
 
-def _score_error(where: str, query, value, reason: str) -> Exception:
+def _score_problem(query, value, reason: str) -> tuple[type, str]:
+    """Return what is wrong with one score: an error type, and words for a message."""
     if isinstance(value, np.generic):
         value = value.item()
-    if isinstance(query, np.generic):
-        query = query.item()
-    if reason == "non-numeric":
-        return TypeError(
-            f"{where} has score {value!r} ({type(value).__name__}) for query "
-            f"{query!r}; scores must be numbers in [0, 1]"
+    if reason == "missing":
+        # NaN is how pandas reads an empty cell: "score nan" reads as a value.
+        return ValueError, (
+            f"has no score for query {shown(query)} (it is missing: NaN, or an "
+            "empty cell); scores must be numbers in [0, 1]"
         )
-    return ValueError(
-        f"{where} has score {value!r} for query {query!r}; "
-        "scores must be finite numbers in [0, 1]"
+    if reason == "non-numeric":
+        return TypeError, (
+            f"has score {shown(value)} ({type(value).__name__}) for query "
+            f"{shown(query)}; scores must be numbers in [0, 1]"
+        )
+    return ValueError, (
+        f"has score {shown(value)} for query {shown(query)}; scores must be finite "
+        "numbers in [0, 1]"
     )
+
+
+def _score_error(where: str, query, value, reason: str) -> Exception:
+    error_type, problem = _score_problem(query, value, reason)
+    return error_type(f"{where} {problem}")
+
+
+def _row_error(error_type, row, detail):
+    """Return an error about one row of a long table: ``row LABEL detail``.
+
+    The row's index label and ``detail`` are kept on the error, as ``row`` and
+    ``detail``, so that a reader of a file (the command line) can name the row
+    as the file numbers it (a CSV file's line).
+    """
+    error = error_type(f"row {shown(row)} {detail}")
+    error.row, error.detail = row, detail
+    return error
 
 
 def _as_list_of_sets(evaluation_sets, model_names):
@@ -625,15 +650,18 @@ def _ragged_from_long(frame, model, query, score, duplicates):
     for role, column in (("model", model), ("query", query)):
         missing = frame[column].isna().to_numpy()
         if missing.any():
-            row = frame.index[np.argmax(missing)]
-            raise ValueError(f"row {row!r} has no {role} (column {column!r} is NaN)")
+            detail = f"has no {role} (column {column!r} is empty or NaN)"
+            raise _row_error(ValueError, frame.index[np.argmax(missing)], detail)
 
     scores = frame[score].to_numpy()
     bad = _first_bad_score(scores)
     if bad is not None:
         position, reason = bad
-        where = f"row {frame.index[position]!r} (model {frame[model].iloc[position]!r})"
-        raise _score_error(where, frame[query].iloc[position], scores[position], reason)
+        error_type, problem = _score_problem(
+            frame[query].iloc[position], scores[position], reason
+        )
+        detail = f"(model {shown(frame[model].iloc[position])}) {problem}"
+        raise _row_error(error_type, frame.index[position], detail)
 
     model_codes, model_names = pd.factorize(frame[model])
     query_codes, query_values = pd.factorize(frame[query])
@@ -643,13 +671,8 @@ def _ragged_from_long(frame, model, query, score, duplicates):
     repeated = pd.Series(pair).duplicated(keep=False).to_numpy()
     if repeated.any():
         if duplicates == "error":
-            first = int(np.argmax(repeated))
-            n_rows = int((pair == pair[first]).sum())
-            raise ValueError(
-                f"model {model_names[model_codes[first]]!r} has {n_rows} rows for "
-                f"query {query_values[query_codes[first]]!r}; pass "
-                "duplicates='mean' or duplicates='majority' to resolve repeated "
-                "evaluations"
+            raise _repeated_pair_error(
+                frame, pair, int(np.argmax(repeated)), model_names, query_values
             )
         kept, resolved_scores = _resolve_duplicates(pair, scores, repeated, duplicates)
         model_codes, query_codes = model_codes[kept], query_codes[kept]
@@ -665,6 +688,28 @@ def _ragged_from_long(frame, model, query, score, duplicates):
         offsets=offsets,
         model_names=list(model_names),
     )
+
+
+def _repeated_pair_error(frame, pair, first, model_names, query_values):
+    """Return the error for a (model, query) pair in several rows, ``first`` first.
+
+    Its message names the keyword that resolves it (``duplicates='mean'``);
+    besides ``row`` (the first row's label), it keeps ``rows`` (every row's
+    label), ``detail`` (the message without the remedy) and ``keyword``, so
+    that the command line names its own option, ``--duplicates``.
+    """
+    rows = frame.index[np.flatnonzero(pair == pair[first])]
+    model = model_names[pair[first] // len(query_values)]
+    query = query_values[pair[first] % len(query_values)]
+    detail = f"model {shown(model)} has {len(rows)} rows for query {shown(query)}"
+    shown_rows = ", ".join(shown(row) for row in rows[:3])
+    error = ValueError(
+        f"{detail} (rows {shown_rows}{', ...' if len(rows) > 3 else ''}); pass "
+        "duplicates='mean' or duplicates='majority' to resolve repeated evaluations"
+    )
+    error.row, error.rows, error.detail = rows[0], list(rows), detail
+    error.keyword = "duplicates"
+    return error
 
 
 def _check_long_columns(columns, *, model, query, score, where="the frame"):

@@ -493,8 +493,8 @@ def test_feedback_folds_outcomes_as_partial_fit_does(workspace, capsys):
         [(data.model_names[1], "q00001", 2.0)], columns=["model", "query", "score"]
     ).to_csv(folder / "too_high.csv", index=False)
     for table, message in [
-        ("stranger.csv", "row 1 is an outcome of model 'gpt-9', which the router"),
-        ("too_high.csv", "row 0 has score 2.0 in column 'score'"),
+        ("stranger.csv", "line 3 is an outcome of model 'gpt-9', which the router"),
+        ("too_high.csv", "line 2 has score 2.0 in column 'score'"),
     ]:
         run = in_process("feedback", "router.sklocus", table, cwd=folder, capsys=capsys)
         assert run.returncode == 2 and message in run.stderr, run.stderr
@@ -1340,7 +1340,7 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
         ),
         (
             ["fit", "broken.csv", "-o", "m.sklocus", *VECTORS],
-            "broken.csv: row 7 (model 'model-0000') has score 1.7",
+            "broken.csv: line 9 (model 'model-0000') has score 1.7",
         ),
         (
             ["fit", "evals.csv", "-o", "m.sklocus", "--set", "n_latent=4"],
@@ -1676,11 +1676,11 @@ def test_embed_stream_writes_what_embed_writes(workspace, parquet_evals, capsys)
         ),
         (
             ["unsorted.parquet", "-o", "s.parquet"],
-            "unsorted.parquet: the rows of model 'model-0000' reappear at row",
+            "starts the rows of model 'model-0000' again, after those of other",
         ),
         (
             ["broken.parquet", "-o", "s.parquet"],
-            "broken.parquet: row 7 (model 'model-0000') has score 1.7",
+            "broken.parquet: row 8 (model 'model-0000') has score 1.7",
         ),
         (["notes.json", "-o", "s.parquet"], "notes.json: --stream reads Parquet"),
     ],

@@ -59,7 +59,7 @@ def test_check_takes_model_names_from_a_series_of_sets():
         (
             [{"q1": 1}, {"q2": np.nan}],
             ValueError,
-            "model 'org/beta') has score nan for query 'q2'",
+            "model 'org/beta') has no score for query 'q2' (it is missing",
         ),
         ([{"q1": np.inf}, {"q2": 1}], ValueError, "has score inf for query 'q1'"),
         (
@@ -151,9 +151,30 @@ def test_from_long_resolves_duplicates_as_asked():
 def test_from_long_never_fills_a_missing_score(duplicates):
     frame = _long([("a", "q1", 1), ("a", "q1", np.nan)])
     with pytest.raises(
-        ValueError, match=r"row 1 \(model 'a'\) has score nan for query 'q1'"
+        ValueError, match=r"row 1 \(model 'a'\) has no score for query 'q1'"
     ):
         from_long(frame, duplicates=duplicates)
+
+
+def test_from_long_names_the_keyword_and_rows_of_a_repeated_pair():
+    frame = _long([("a", "q1", 1), ("b", "q1", 1), ("a", "q1", 0)])
+    with pytest.raises(ValueError) as raised:
+        from_long(frame)
+    assert str(raised.value) == (
+        "model 'a' has 2 rows for query 'q1' (rows 0, 2); pass duplicates='mean' "
+        "or duplicates='majority' to resolve repeated evaluations"
+    )
+
+
+def test_from_long_quotes_a_long_value_cut_short():
+    question = "Why " + "x" * 2000
+    frame = _long([("a", "q1", 1), ("a", question, 1.5)])
+    with pytest.raises(ValueError) as raised:
+        from_long(frame)
+    message = str(raised.value)
+    assert message.startswith("row 1 (model 'a') has score 1.5 for query 'Why xxx")
+    assert "…' (2,004 characters); scores must be" in message
+    assert len(message) < 200, message
 
 
 def test_from_long_names_a_missing_column_and_a_bad_rule():
@@ -288,7 +309,7 @@ def _ragged(**change):
         (
             {"scores": np.array([1.0, np.nan, 1.0, 1.0])},
             ValueError,
-            "evaluation set 0 (model 'a') has score nan for query 'q1'",
+            "evaluation set 0 (model 'a') has no score for query 'q1'",
         ),
         (
             {"scores": np.array(["1", 0, 1, 1], dtype=object)},

@@ -354,13 +354,13 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(workspace, capsys):
         (
             "evals",
             ["embed", "model.sklocus", "bad.csv", "-o", "e.csv"],
-            "bad.csv: row 0 has model 'bad\\nname' in column 'model'; model names "
+            "bad.csv: line 2 has model 'bad\\nname' in column 'model'; model names "
             "must not hold control characters such as newlines",
         ),
         (
             "embeddings",
             ["neighbors", "bad.csv"],
-            "bad.csv: row 1 has model 'tab\\tname' in column 'model'",
+            "bad.csv: line 3 has model 'tab\\tname' in column 'model'",
         ),
     ],
 )
@@ -379,6 +379,68 @@ def test_control_characters_in_names_are_refused(
     line = one_line_error(*argv, cwd=folder, capsys=capsys)
     assert message in line, line
     assert not (folder / "e.csv").exists() and not (folder / "r.csv").exists()
+
+
+# -- errors a person can read: where the row is, what its value is -------------
+
+LONG_QUESTION = "What is " + "very " * 250 + "long?"
+
+
+def _bad_table(folder, name, rows, columns=("model", "query", "score")):
+    """Write ``rows`` as a CSV or Parquet table by ``name``'s suffix."""
+    frame = pd.DataFrame(rows, columns=list(columns))
+    if name.endswith(".csv"):
+        frame.to_csv(folder / name, index=False)
+    else:
+        frame.to_parquet(folder / name)
+    return name
+
+
+@pytest.mark.parametrize(
+    "name, where", [("bad.csv", "line 5"), ("bad.parquet", "row 4")]
+)
+def test_a_bad_score_names_the_row_as_the_file_shows_it_and_cuts_the_query(
+    tmp_path, name, where, capsys
+):
+    # The line quoted the whole question (1,400 characters) and called CSV line
+    # 5 (data row 3) "row 3".
+    rows = [("a", "q1", 1), ("a", "q2", 0), ("b", "q1", 1), ("b", LONG_QUESTION, 1.7)]
+    _bad_table(tmp_path, name, rows)
+    line = one_line_error("fit", name, "-o", "m.sklocus", cwd=tmp_path, capsys=capsys)
+    assert f"{name}: {where} (model 'b') has score 1.7 for query 'What is very" in line
+    assert f"…' ({len(LONG_QUESTION):,} characters); scores must be" in line
+    assert len(line) < 250, line
+
+
+def test_a_csv_line_counts_the_lines_a_cell_above_spans(tmp_path, capsys):
+    text = 'model,query,score\na,"two\nlines",1\n\nb,q1,2\n'
+    (tmp_path / "bad.csv").write_text(text)
+    line = one_line_error(
+        "fit", "bad.csv", "-o", "m.sklocus", cwd=tmp_path, capsys=capsys
+    )
+    assert "bad.csv: line 5 (model 'b') has score 2" in line, line
+
+
+def test_an_empty_score_cell_is_said_to_be_missing(tmp_path, capsys):
+    (tmp_path / "gap.csv").write_text("model,query,score\na,q1,1\na,q2,\n")
+    line = one_line_error(
+        "fit", "gap.csv", "-o", "m.sklocus", cwd=tmp_path, capsys=capsys
+    )
+    assert "gap.csv: line 3 (model 'a') has no score for query 'q2'" in line, line
+    assert "nan" not in line
+
+
+def test_a_repeated_pair_names_the_option_not_the_keyword(tmp_path, capsys):
+    rows = [("a", "q1", 1), ("b", "q1", 1), ("a", "q1", 0)]
+    _bad_table(tmp_path, "twice.csv", rows)
+    line = one_line_error(
+        "fit", "twice.csv", "-o", "m.sklocus", cwd=tmp_path, capsys=capsys
+    )
+    assert (
+        "twice.csv: model 'a' has 2 rows for query 'q1' (line 2, line 4); pass "
+        "--duplicates mean or --duplicates majority" in line
+    ), line
+    assert "duplicates='mean'" not in line
 
 
 def test_csv_cells_a_spreadsheet_would_run_are_quoted(workspace, capsys):

@@ -270,6 +270,49 @@ def test_a_pickle_is_refused_without_running_it(tmp_path):
     assert not marker.exists()
 
 
+def _write_npz(path):
+    with open(path, "wb") as file:  # given a name, numpy.savez adds .npz to it
+        np.savez(file, x=np.eye(2))
+
+
+def _write_table(path, suffix):
+    frame = pd.DataFrame({"model": ["a"], "query": ["q1"], "score": [1.0]})
+    if suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path)
+
+
+@pytest.mark.parametrize(
+    "write, looks_like, trust",
+    [
+        (lambda p: p.write_bytes(pickle.dumps({"x": 1})), "a pickle", True),
+        (lambda p: joblib.dump({"x": 1}, p), "a pickle (joblib.dump?", True),
+        (lambda p: joblib.dump({"x": 1}, p, compress=3), "compressed data", True),
+        (lambda p: joblib.dump({"x": 1}, p, compress="gzip"), "compressed", True),
+        (lambda p: _write_table(p, ".csv"), "a CSV table", False),
+        (lambda p: _write_table(p, ".parquet"), "a Parquet table", False),
+        (_write_npz, "a zip archive", False),
+    ],
+)
+def test_a_file_of_another_kind_is_named_for_what_it_looks_like(
+    tmp_path, write, looks_like, trust
+):
+    # Read as a safetensors file, its first 8 bytes were a header size of
+    # exabytes: the message said so, not what the file is.
+    path = tmp_path / "model.sklocus"
+    write(path)
+    with pytest.raises(ModelFileError) as raised:
+        sklocus.load(path)
+    message = str(raised.value)
+    assert f"model.sklocus is not a sklocus model file: it looks like {looks_like}" in (
+        message
+    )
+    assert "sklocus.load reads files written by sklocus.save" in message
+    assert "declares a header" not in message
+    assert ("load joblib files only from sources you trust" in message) == trust
+
+
 def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
     marker = tmp_path / "code-ran"
     path = tmp_path / "router.sklocus"

@@ -67,6 +67,88 @@ def test_geometry_commands_run_without_torch(tmp_path):
     assert {"sklearn", "pandas"} <= loaded  # the commands did run
 
 
+def _error_and_loaded(argv, cwd):
+    """Run main(argv) afresh: its status, its standard error, and which of HEAVY
+    it had loaded when it returned."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from sklocus.cli import main\n"
+        "stderr = io.StringIO()\n"
+        "with contextlib.redirect_stderr(stderr):\n"
+        f"    status = main({argv!r})\n"
+        f"loaded = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print(json.dumps([status, stderr.getvalue(), loaded]))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd
+    )
+    assert run.returncode == 0, run.stderr
+    status, stderr, loaded = json.loads(run.stdout.splitlines()[-1])
+    return status, stderr, set(loaded)
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A long table, a safetensors file named as a model file, and a joblib file."""
+    from safetensors.numpy import save_file
+
+    frame = pd.DataFrame({"model": ["a", "b"], "query": ["q1", "q1"], "score": [1, 0]})
+    frame.to_csv(tmp_path / "evals.csv", index=False)
+    save_file({"x": np.zeros(2, np.float32)}, tmp_path / "model.sklocus")
+    (tmp_path / "model.joblib").write_bytes(b"\x80\x04\x95" + bytes(16))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["embed", "missing.sklocus", "missing.csv", "-o", "x.parquet"],
+            "sklocus embed: error: missing.sklocus: no such model file",
+        ),
+        (
+            ["fit", "missing.csv", "-o", "m.sklocus"],
+            "sklocus fit: error: missing.csv: no such file or folder",
+        ),
+        (
+            ["route", "model.sklocus", "evals.csv", "missing.txt", "-o", "r.csv"],
+            "sklocus route: error: missing.txt: no such file",
+        ),
+        (
+            ["embed", "evals.csv", "model.sklocus", "-o", "x.csv"],
+            "MODEL evals.csv is not a model file: it looks like a CSV table; "
+            "expected a model file from sklocus fit (EVALS model.sklocus looks like "
+            "one: MODEL comes first, as in sklocus embed MODEL EVALS ...)",
+        ),
+        (
+            ["embed", "model.joblib", "evals.csv", "-o", "x.csv"],
+            "MODEL model.joblib is not a model file: it looks like a pickle",
+        ),
+        (
+            ["fit", "model.sklocus", "-o", "m.sklocus"],
+            "EVALS model.sklocus is not a table: it looks like a model file",
+        ),
+    ],
+    ids=[
+        "missing-model",
+        "missing-evals",
+        "missing-queries",
+        "swapped",
+        "joblib",
+        "model-for-evals",
+    ],
+)
+def test_a_missing_or_wrong_input_is_reported_before_torch_is_imported(
+    inputs, argv, message
+):
+    # The command's module imports PyTorch, which took seconds before a
+    # mistyped name was reported.
+    status, stderr, loaded = _error_and_loaded(argv, inputs)
+    assert status == 2, stderr
+    assert message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not loaded & {"torch", "skorch", "sklearn"}, loaded
+
+
 def test_every_public_name_resolves():
     for name in sklocus.__all__:
         assert getattr(sklocus, name) is not None, name
@@ -82,9 +164,10 @@ def test_an_unknown_name_is_an_attribute_error_that_names_it():
         from sklocus import no_such_name  # noqa: F401
 
 
-def test_router_service_imports_without_the_serve_extra():
+def test_router_service_imports_without_the_serve_extra(inputs):
     # Block FastAPI as if it were not installed: RouterService needs none of the
-    # HTTP layer; create_app and the command name the extra to install.
+    # HTTP layer; create_app and the command name the extra to install (given a
+    # model file: a missing one is reported first).
     code = (
         "import sys\n"
         "sys.modules['fastapi'] = None\n"
@@ -96,8 +179,10 @@ def test_router_service_imports_without_the_serve_extra():
         "else:\n"
         "    raise AssertionError('create_app imported without FastAPI')\n"
         "from sklocus.cli import main\n"
-        "assert main(['serve', 'no-such-model.sklocus']) == 2"
+        "assert main(['serve', 'model.sklocus']) == 2"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=inputs
+    )
     assert run.returncode == 0, run.stderr
     assert "needs the serve extra (fastapi is missing)" in run.stderr

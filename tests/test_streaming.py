@@ -124,7 +124,7 @@ def test_rows_of_a_model_that_reappear_are_refused_naming_it(trained, tmp_path):
             list(iter_embeddings(embedder, path, batch_rows=batch_rows))
         message = str(error.value)
         assert f"model {data.model_names[0]!r}" in message
-        assert f"reappear at row {len(table) - 1}" in message
+        assert f"row {len(table) - 1} starts the rows of model" in message
         assert "sorted or partitioned by model" in message
     # The same within one record batch.
     a, b = data.model_names[:2]
@@ -132,11 +132,11 @@ def test_rows_of_a_model_that_reappear_are_refused_naming_it(trained, tmp_path):
         {"model": [a, b, a], "query": ["q1", "q1", "q2"], "score": [1, 0, 1]}
     )
     path = write(interleaved, tmp_path / "interleaved.parquet")
-    with pytest.raises(ValueError, match=rf"model {a!r} reappear at row 2"):
+    with pytest.raises(ValueError, match=rf"row 2 starts the rows of model {a!r} again"):
         list(iter_embeddings(embedder, path))
     # A failed write leaves no output behind.
     output = tmp_path / "emb.parquet"
-    with pytest.raises(ValueError, match="reappear"):
+    with pytest.raises(ValueError, match="starts the rows of model"):
         embed_parquet(embedder, path, output)
     assert not output.exists()
     assert not list(tmp_path.glob("*.partial"))
@@ -157,7 +157,7 @@ def test_a_missing_column_names_it_and_lists_the_columns(trained, tmp_path):
     "change, error, message",
     [
         ({"score": [0.0, 1.7]}, ValueError, r"row 1 \(model 'a'\) has score 1.7"),
-        ({"score": [0.0, np.nan]}, ValueError, r"row 1 \(model 'a'\) has score nan"),
+        ({"score": [0.0, np.nan]}, ValueError, r"row 1 \(model 'a'\) has no score"),
         ({"score": ["1", "0"]}, TypeError, r"row 0 \(model 'a'\) has score '1'"),
         ({"model": ["a", None]}, ValueError, r"row 1 has no model"),
         ({"query": ["q1", None]}, ValueError, r"row 1 has no query"),

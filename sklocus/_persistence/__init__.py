@@ -28,6 +28,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save as safetensors_bytes
 
+from sklocus._file_kinds import JOBLIB_KINDS, describe, file_kind
 from sklocus._files import write_atomically
 from sklocus._persistence._reader import ModelFileError, Reader
 from sklocus._persistence._schema import CLASSES
@@ -165,6 +166,7 @@ def load(path):
         raise IsADirectoryError(f"{path} is a folder, not a model file")
     if not path.is_file():
         raise FileNotFoundError(f"no model file at {path}")
+    _check_kind(path)
     _check_header_size(path)
     try:
         with safe_open(path, framework="np") as file:
@@ -202,6 +204,24 @@ def load(path):
         )
     warn_if_other_version(header["sklocus_version"], f"The model file {path}")
     return estimator
+
+
+def _check_kind(path):
+    """Refuse, saying what it looks like, a file that is not a safetensors file.
+
+    Read before the header's size, which means nothing in another format (the
+    first bytes of a CSV file read as a size of exabytes).
+    """
+    kind = file_kind(path)
+    if kind == "safetensors":
+        return
+    message = (
+        f"{path} is not a sklocus model file: it looks like {describe(kind)}; "
+        "sklocus.load reads files written by sklocus.save"
+    )
+    if kind in JOBLIB_KINDS:
+        message += "; load joblib files only from sources you trust, with joblib.load"
+    raise ModelFileError(message)
 
 
 def _check_header_size(path):

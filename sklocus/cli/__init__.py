@@ -40,7 +40,8 @@ def main(argv=None):
     -------
     int
         0 on success; a user error exits with status 2 after one line on
-        standard error, before any work when it is in an output's name; an
+        standard error, before any work (and before PyTorch is imported) when
+        an input is missing or of the wrong kind, or it is in an output's name; an
         interruption (Ctrl-C) exits with status 130, every output left as it
         was.
     """
@@ -52,10 +53,12 @@ def main(argv=None):
         try:
             # Importing PyTorch and scikit-learn takes seconds on a cold start.
             with status(f"Starting sklocus {arguments.command}"):
-                from sklocus.cli._tables import check_outputs
+                from sklocus.cli._tables import check_inputs, check_outputs
 
+                # Before the command's module, which imports PyTorch.
+                check_inputs(arguments)
+                check_outputs(arguments)
                 handler = _handler(arguments)
-            check_outputs(arguments)
             return handler(arguments)
         except BrokenPipeError:
             # The reader of standard output left (as `| head` does): stop

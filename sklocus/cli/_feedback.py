@@ -13,7 +13,7 @@ from sklocus._router._learnt_groups import named_groups
 from sklocus._validation import shown
 from sklocus.cli._common import UserError, one_line, say, status
 from sklocus.cli._models import load_file, run_settings, save_file
-from sklocus.cli._tables import check_names, read_table, require_columns
+from sklocus.cli._tables import check_names, read_table, require_columns, row_name
 from sklocus.evaluations import _first_bad_score
 
 
@@ -36,19 +36,19 @@ def _outcome_table(arguments, router):
     for row, name in enumerate(frame[model]):
         if name not in index:
             raise UserError(
-                f"{path}: row {row} is an outcome of model {name!r}, which the router "
-                "does not have (add it first: sklocus serve's POST /models, or "
-                "LocusRouter.add_models)"
+                f"{path}: {row_name(path, row)} is an outcome of model {shown(name)}, "
+                "which the router does not have (add it first: sklocus serve's POST "
+                "/models, or LocusRouter.add_models)"
             )
     for row, value in enumerate(frame[query]):
         if pd.isna(value):
-            raise UserError(f"{path}: row {row} has no query")
+            raise UserError(f"{path}: {row_name(path, row)} has no query")
     bad = _first_bad_score(frame[score].to_numpy())
     if bad is not None:
         row = bad[0]
         raise UserError(
-            f"{path}: row {row} has score {shown(frame[score].iloc[row])} in column "
-            f"{score!r}; an outcome's score is a number in [0, 1]"
+            f"{path}: {row_name(path, row)} has score {shown(frame[score].iloc[row])} "
+            f"in column {score!r}; an outcome's score is a number in [0, 1]"
         )
     values = frame[score].to_numpy(dtype=np.float64)
     group_of = None

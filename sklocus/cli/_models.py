@@ -38,6 +38,7 @@ from sklocus.cli._tables import (
     read_queries,
     read_query_vectors,
     require_columns,
+    table_error,
     write_table,
 )
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
@@ -488,7 +489,7 @@ def run_embed_streaming(arguments):
         with run_settings(embedder, arguments):
             n_models = write_atomically(output, embed)
     except (KeyError, ValueError, TypeError, OSError) as error:
-        raise UserError(f"{source}: {one_line(error)}") from None
+        raise table_error(source, error) from None
     say(
         f"Embedded {n_models} models in {embedder.embedding_dim} dimensions to "
         f"{output}, {arguments.batch_models} at a time."

@@ -9,6 +9,8 @@ query id ``7`` in a CSV file and ``"7"`` in a list of ids are the same query.
 
 from __future__ import annotations
 
+import csv
+import gzip
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -18,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sklocus._file_kinds import describe, file_kind
 from sklocus._files import write_atomically
-from sklocus._validation import has_control_character
+from sklocus._validation import has_control_character, shown
 from sklocus.cli._common import (
     UserError,
     encoding_cache_folder,
@@ -29,7 +32,6 @@ from sklocus.cli._common import (
     table_kind,
     unknown_table,
 )
-from sklocus.evaluations import from_long, to_matrix
 
 # Columns of an embedding table besides the vector's z0, z1, ...
 MODEL, SIZE = "model", "n_evaluations"
@@ -51,6 +53,13 @@ INPUTS = {
     "token_file": "--token-file",
 }
 OUTPUTS = {"output": "-o/--output", "router_file": "--router-file"}
+# The inputs that must exist when given (state a command keeps writing need not).
+_REQUIRED = ("model", "evals", "queries", "embeddings", "query_vectors", "query_ids")
+_REQUIRED += ("test_queries", "outcomes", "scores")
+# What a missing input is called, where not a plain file.
+_MISSING = {"model": "model file", "evals": "file or folder"}
+# Inputs read as evaluation tables; of the others, MODEL is a model file.
+_TABLES = ("evals", "queries", "embeddings", "outcomes", "scores")
 
 
 @dataclass
@@ -99,6 +108,8 @@ def hold_out(arguments, evaluations):
         expected = f"expected queries of EVALS in column {arguments.split_column!r}"
     else:
         return evaluations, None
+    from sklocus.evaluations import to_matrix  # see _read_table
+
     test = set(listed)
     rest = [{q: s for q, s in e.items() if q not in test} for e in evaluations.sets]
     held = [{q: s for q, s in e.items() if q in test} for e in evaluations.sets]
@@ -172,13 +183,73 @@ def read_lines(path):
     return [line for line in lines if line.strip()]
 
 
+def row_name(path, row):
+    """Name data row ``row`` (from 0, the header not counted) as its file shows it.
+
+    Every message about a row of a table read from a file says where it is
+    this way. In a CSV file, the line an editor shows: the header is line 1,
+    so data row 0 is line 2 (or further on, where a cell above spans lines). In
+    a Parquet file or a folder, ``row N`` counting from 1, as the viewers of
+    Parquet number rows.
+    """
+    row = int(row)
+    path = Path(path)
+    if path.is_file() and table_kind(path) == "csv":
+        return f"line {_csv_line(path, row)}"
+    return f"row {row + 1}"
+
+
+def _csv_line(path, row):
+    """Return the line where data row ``row`` of a CSV file starts.
+
+    The file is read again (an error is being reported), its rows counted as
+    pandas counts them: blank lines skipped.
+    """
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", newline="") as file:
+            reader = csv.reader(file)
+            next(reader, None)  # the header
+            start, found = reader.line_num + 1, 0
+            for record in reader:
+                if record:
+                    if found == row:
+                        return start
+                    found += 1
+                start = reader.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error, EOFError):
+        pass
+    return row + 2  # one line a row, as most CSV files are
+
+
+def table_error(path, error):
+    """Return the UserError for what ``from_long`` raised reading ``path``.
+
+    A row it names is named as the file shows it (:func:`row_name`), and a
+    (model, query) pair in several rows names the option ``--duplicates``,
+    not the Python keyword.
+    """
+    detail = getattr(error, "detail", None)
+    if detail is None or getattr(error, "row", None) is None:
+        return UserError(f"{path}: {one_line(error)}")
+    if getattr(error, "keyword", None) == "duplicates":
+        rows = [row_name(path, row) for row in error.rows[:3]]
+        more = ", ..." if len(error.rows) > 3 else ""
+        return UserError(
+            f"{path}: {detail} ({', '.join(rows)}{more}); pass --duplicates mean or "
+            "--duplicates majority to resolve repeated evaluations"
+        )
+    return UserError(f"{path}: {row_name(path, error.row)} {one_line(detail)}")
+
+
 def check_names(values, column, path):
     """Fail on the first model name of a column that holds a control character."""
     for row, name in enumerate(values):
         if isinstance(name, str) and has_control_character(name):
             raise UserError(
-                f"{path}: row {row} has model {name!r} in column {column!r}; model "
-                "names must not hold control characters such as newlines"
+                f"{path}: {row_name(path, row)} has model {shown(name)} in column "
+                f"{column!r}; model names must not hold control characters such "
+                "as newlines"
             )
 
 
@@ -211,11 +282,93 @@ def check_outputs(arguments):
         check_output(output, option)
         for argument, role in INPUTS.items():
             given = getattr(arguments, argument, None)
-            if given is not None and _same_file(given, output):
+            # `neighbors --model NAME` is a list of names, not a file.
+            if isinstance(given, str) and _same_file(given, output):
                 raise UserError(
                     f"argument {option}: {output} is the same file as {role} "
                     f"{given}; expected an output that is not one of the inputs"
                 )
+
+
+def check_inputs(arguments):
+    """Fail before any work when an input is missing or is the wrong kind of file.
+
+    Called before the command's module is imported, which takes seconds for
+    PyTorch: a mistyped name is reported at once. A model file given where a
+    table is expected (or a table for MODEL, as when the two are swapped) is
+    named for what its first bytes say it is.
+    """
+    for name in _REQUIRED:
+        given = getattr(arguments, name, None)
+        if isinstance(given, str) and not Path(given).exists():
+            raise UserError(f"{given}: no such {_MISSING.get(name, 'file')}")
+    model = getattr(arguments, "model", None)
+    # `neighbors --model NAME` is a list of names, not a file.
+    if isinstance(model, str) and Path(model).is_file():
+        check_model_file(model, arguments)
+    for name in _TABLES:
+        given = getattr(arguments, name, None)
+        if isinstance(given, str) and Path(given).is_file():
+            check_table_file(given, INPUTS[name])
+
+
+def check_model_file(path, arguments=None):
+    """Fail when ``path`` does not look like a model file (a safetensors file)."""
+    kind = file_kind(path)
+    if kind == "safetensors":
+        return
+    message = (
+        f"MODEL {path} is not a model file: it looks like {describe(kind)}; "
+        "expected a model file from sklocus fit"
+    )
+    evals = getattr(arguments, "evals", None)
+    if (
+        isinstance(evals, str)
+        and Path(evals).is_file()
+        and file_kind(evals) == "safetensors"
+    ):
+        message += (
+            f" (EVALS {evals} looks like one: MODEL comes first, as in "
+            f"sklocus {arguments.command} MODEL EVALS ...)"
+        )
+    raise UserError(message)
+
+
+def check_table_file(path, role=None):
+    """Fail when ``path``'s first bytes are not those of the table its name says.
+
+    A CSV file (``.csv``) is text, or gzip for ``.csv.gz``; a Parquet file
+    starts with ``PAR1``. A model file, pickle or archive is named as such. A
+    file whose name is not a table's is refused only when it is a model file
+    (given for a table, as when MODEL and EVALS are swapped): a text file may
+    be QUERIES, and the readers say what else they expect.
+    """
+    expected = table_kind(path)
+    kind = file_kind(path)
+    where = f"{role} " if role else ""
+    if expected is None:
+        if kind == "safetensors":
+            raise UserError(
+                f"{where}{path} is not a table: it looks like a model file "
+                "(safetensors), such as sklocus fit writes; expected a .csv or "
+                ".parquet table"
+            )
+        return
+    if expected == "csv":
+        fits = {"csv", "text", "empty"}
+        if str(path).lower().endswith(".gz"):
+            fits.add("compressed")
+    else:
+        fits = {"parquet"}
+    if kind in fits:
+        return
+    shown_kind = describe(kind)
+    if kind == "safetensors":
+        shown_kind = "a model file (safetensors), such as sklocus fit writes"
+    raise UserError(
+        f"{where}{path} is not {describe(expected)}, as its name says: it looks "
+        f"like {shown_kind}"
+    )
 
 
 def _same_file(a, b):
@@ -236,6 +389,7 @@ def read_table(path, *, text_columns=()):
     if path.is_dir():
         raise UserError(f"{path} is a folder; expected a .csv or .parquet file")
     kind = _kind(path)
+    check_table_file(path)
     try:
         if kind == "csv":
             frame = pd.read_csv(path, dtype={c: str for c in text_columns})
@@ -331,10 +485,11 @@ def per_model_mean(frame, model_column, column, path):
     values = pd.to_numeric(frame[column], errors="coerce")
     bad = values.isna() | ~np.isfinite(values) | (values < 0)
     if bad.any():
-        row = frame.index[int(np.argmax(bad.to_numpy()))]
+        position = int(np.argmax(bad.to_numpy()))
         raise UserError(
-            f"{path}: row {row} has {column}={frame[column].loc[row]!r}; costs must "
-            "be finite numbers of at least 0"
+            f"{path}: {row_name(path, position)} has {column}="
+            f"{shown(frame[column].iloc[position])}; costs must be finite numbers "
+            "of at least 0"
         )
     return values.groupby(frame[model_column], sort=False).mean()
 
@@ -349,6 +504,10 @@ def read_evaluations(arguments, *, cost_column=None):
 
 
 def _read_table(path, arguments, cost_column):
+    # Imported here, not with the module: it brings scikit-learn, which the
+    # checks that main runs first (check_inputs) must not wait for.
+    from sklocus.evaluations import from_long
+
     model, query = arguments.model_column, arguments.query_column
     frame = read_table(path, text_columns=(model, query))
     columns = {"--model-column": model, "--query-column": query}
@@ -366,7 +525,7 @@ def _read_table(path, arguments, cost_column):
             duplicates=arguments.duplicates,
         )
     except (KeyError, ValueError, TypeError) as error:
-        raise UserError(f"{path}: {one_line(error)}") from None
+        raise table_error(path, error) from None
     evaluations = Evaluations(sets, names, path, query_table=frame, model_table=frame)
     if arguments.text_column is not None:
         evaluations.texts = _texts(frame, query, arguments.text_column, path)
@@ -525,7 +684,8 @@ def read_embeddings(path):
         raise UserError(f"{path}: the table has no rows; expected one per model")
     names = frame[MODEL]
     if names.isna().any():
-        raise UserError(f"{path}: row {int(np.argmax(names.isna()))} has no model")
+        row = row_name(path, np.argmax(names.isna()))
+        raise UserError(f"{path}: {row} has no model")
     check_names(names, MODEL, path)
     if not names.is_unique:
         raise UserError(f"{path}: model {names[names.duplicated()].iloc[0]!r} repeats")
@@ -582,8 +742,8 @@ def read_queries(
         missing = frame[column].isna().to_numpy()
         if missing.any():
             raise UserError(
-                f"{path}: row {int(np.argmax(missing))} has no value in column "
-                f"{column!r}"
+                f"{path}: {row_name(path, np.argmax(missing))} has no value in "
+                f"column {column!r}"
             )
     groups = None
     if group_column is not None:
