@@ -6,11 +6,14 @@ functions) and ``_fit_context`` are how scikit-learn validates its estimators'
 parameters and its public functions' arguments, but they live in private modules
 that a release may move. Every sklocus module takes them from here, so that such a
 move is answered in this file alone (imbalanced-learn keeps
-``utils/_sklearn_compat.py`` for the same reason).
+``utils/_sklearn_compat.py`` for the same reason). ``_pprint`` is the estimator
+printer, whose choice of parameters to print ``sklocus._repr`` extends so that
+those holding data print as summaries.
 """
 
 import numpy as np
 from sklearn.base import _fit_context
+from sklearn.utils import _pprint
 from sklearn.utils._param_validation import (
     HasMethods,
     StrOptions,
@@ -23,6 +26,7 @@ __all__ = [
     "HasMethods",
     "Interval",
     "StrOptions",
+    "_pprint",
     "_fit_context",
     "validate_parameter_constraints",
     "validate_params",

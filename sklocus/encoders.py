@@ -25,6 +25,7 @@ from sklocus._device import resolve_device
 from sklocus._encoding_cache import CACHE_ERRORS, DiskCache, MemoryCache
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import Progress, on_terminal, say
+from sklocus._repr import summarize
 from sklocus._sklearn_compat import Interval, _fit_context
 from sklocus._validation import as_item_list
 from sklocus._versioning import VersionStampMixin
@@ -100,7 +101,11 @@ def _quiet_loading():
 
 
 class _QueryEncoder(VersionStampMixin, TransformerMixin, BaseEstimator):
-    """What query encoders share: 1-D input of queries, no fitting needed."""
+    """What query encoders share: 1-D input of queries, no fitting needed.
+
+    Their ``_repr_params`` summarise the data they hold (``<1,000 texts>``) in
+    every repr, the estimators holding them included (see ``sklocus._repr``).
+    """
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -218,6 +223,11 @@ class SentenceEncoder(_QueryEncoder):
         if not texts:
             return np.zeros((0, self._dimension()), dtype=np.float32)
         return vectors[[row_of[text] for text in texts]]
+
+    def _repr_params(self, params):
+        if isinstance(params.get("texts"), Mapping):
+            params = {**params, "texts": summarize(params["texts"], "texts")}
+        return params
 
     def _text_of(self, position, query):
         if self.texts is not None:
@@ -404,6 +414,14 @@ class PrecomputedEncoder(_QueryEncoder):
         state = super().__getstate__()
         state.pop("_lookup", None)
         return state
+
+    def _repr_params(self, params):
+        params = dict(params)
+        if "queries" in params:
+            params["queries"] = summarize(params["queries"], "queries")
+        if "vectors" in params:
+            params["vectors"] = summarize(params["vectors"])
+        return params
 
     def _table(self):
         """Return the checked ``(row_of_query, vectors)``, built once per parameters."""

@@ -25,6 +25,7 @@ LAYERS = [
     [
         "_validation",
         "_versioning",
+        "_repr",
         "_files",
         "_device",
         "_progress",
