@@ -49,7 +49,8 @@ def summarize(value, noun=""):
     value : object
         An array (``<1,000 x 32>``) or a sized collection (``<1,000 texts>``).
     noun : str, default=""
-        What the collection holds, written after its length.
+        What the collection holds, in the plural, written after its length
+        (in the singular when it holds one).
 
     Returns
     -------
@@ -62,6 +63,8 @@ def summarize(value, noun=""):
     <1,000 x 32>
     >>> summarize(["q1", "q2"], "queries")
     <2 queries>
+    >>> summarize(["q1"], "queries")
+    <1 query>
     """
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple) and len(shape) >= 2:
@@ -70,6 +73,10 @@ def summarize(value, noun=""):
         length = len(value)
     except TypeError:
         return value
+    if length == 1 and noun.endswith("ies"):
+        noun = noun[: -len("ies")] + "y"
+    elif length == 1 and noun.endswith("s"):
+        noun = noun[: -len("s")]
     return Summary(f"<{length:,}{' ' + noun if noun else ''}>")
 
 

@@ -27,6 +27,8 @@ LAYERS = [
         "_versioning",
         "_repr",
         "_files",
+        "_shipped",
+        "_file_kinds",
         "_device",
         "_progress",
         "_cache_folder",

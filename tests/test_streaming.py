@@ -132,7 +132,9 @@ def test_rows_of_a_model_that_reappear_are_refused_naming_it(trained, tmp_path):
         {"model": [a, b, a], "query": ["q1", "q1", "q2"], "score": [1, 0, 1]}
     )
     path = write(interleaved, tmp_path / "interleaved.parquet")
-    with pytest.raises(ValueError, match=rf"row 2 starts the rows of model {a!r} again"):
+    with pytest.raises(
+        ValueError, match=rf"row 2 starts the rows of model {a!r} again"
+    ):
         list(iter_embeddings(embedder, path))
     # A failed write leaves no output behind.
     output = tmp_path / "emb.parquet"
