@@ -181,6 +181,8 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(
     (folder / "link.csv").symlink_to(folder / "evals.csv")
     (folder / "emb_link.csv").symlink_to(folder / "emb.csv")
     (folder / "sub").mkdir()
+    # Every input exists: a missing one is reported first, as "no such file".
+    (folder / "b.csv").write_text("model,score\nm,0.5\n")
     before = contents(folder)
     line = one_line_error(*argv, cwd=folder, capsys=capsys)
     assert f"{output} is the same file as {role}" in line, line
