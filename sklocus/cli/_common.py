@@ -102,6 +102,11 @@ def open_probability(text):
     return value
 
 
+def counted(n, noun, plural=None):
+    """``"1 model"``, ``"2 models"``, ``"1,000 queries"``: ``n`` and its noun."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def add_table_options(parser):
     """Options that say how to read a long table of evaluations."""
     group = parser.add_argument_group(

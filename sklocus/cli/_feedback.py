@@ -11,7 +11,7 @@ import pandas as pd
 from sklocus._router import LocusRouter
 from sklocus._router._learnt_groups import named_groups
 from sklocus._validation import shown
-from sklocus.cli._common import UserError, one_line, say, status
+from sklocus.cli._common import UserError, counted, one_line, say, status
 from sklocus.cli._models import load_file, run_settings, save_file
 from sklocus.cli._tables import check_names, read_table, require_columns, row_name
 from sklocus.evaluations import _first_bad_score
@@ -80,7 +80,7 @@ def run_feedback(arguments):
     before = router._kept().sizes
     touched = len(np.unique(models))
     say(
-        f"Folding {len(models):,} outcomes into {touched} of the router's "
+        f"Folding {counted(len(models), 'outcome')} into {touched} of the router's "
         f"{len(router.classes_)} models, each embedded again from all its "
         "evaluations..."
     )
@@ -96,7 +96,8 @@ def run_feedback(arguments):
     save_file(router, target)
     new = int(router._kept().sizes.sum() - before.sum())
     say(
-        f"Folded {len(models):,} outcomes of {touched} models into {target} "
+        f"Folded {counted(len(models), 'outcome')} of "
+        f"{counted(touched, 'model')} into {target} "
         f"({new:,} on queries new to their model) in {elapsed:.1f} s."
     )
     return 0
