@@ -1612,10 +1612,12 @@ def test_a_user_error_in_a_fresh_process_is_one_line_and_status_2(workspace):
     folder, *_ = workspace
     run = sklocus("neighbors", "emb.parquet", "--model", "gpt-99", cwd=folder)
     assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [
+    # A start slower than 10 s (a loaded machine) says so in a log: not an error.
+    said = [x for x in run.stderr.splitlines() if not x.startswith("Starting sklocus")]
+    assert said == [
         "sklocus neighbors: error: argument --model: 'gpt-99' is not a model of "
         "emb.parquet"
-    ]
+    ], run.stderr
 
 
 @pytest.fixture(scope="module")

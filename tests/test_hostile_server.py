@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -454,16 +455,22 @@ def test_a_port_in_use_is_a_usage_error(pool, tmp_path):
         port = taken.getsockname()[1]
         done = _sklocus("serve", "router.sklocus", "--port", port, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    # A start slower than 10 s (a loaded machine) says so in a log: not an error.
+    said = [x for x in done.stderr.splitlines() if not x.startswith("Starting sklocus")]
+    errors = [x for x in said if "error" in x]
+    assert errors == [
         f"sklocus serve: error: cannot listen on 127.0.0.1:{port}: address already "
         "in use"
-    ]
+    ], done.stderr
 
 
 def test_an_empty_token_file_is_a_usage_error(pool, tmp_path):
     (tmp_path / "token").write_text("\n")
     (tmp_path / "token").chmod(0o600)
-    done = _sklocus("serve", "absent.sklocus", "--token-file", "token", cwd=tmp_path)
+    # The token is read before the model: a file that only starts as a model
+    # file does is enough (a missing one is reported first).
+    (tmp_path / "m.sklocus").write_bytes(struct.pack("<Q", 2) + b"{}")
+    done = _sklocus("serve", "m.sklocus", "--token-file", "token", cwd=tmp_path)
     assert done.returncode == 2
     assert "--token-file token: the token is empty" in done.stderr
 

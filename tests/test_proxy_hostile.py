@@ -83,13 +83,18 @@ def test_a_request_reaches_an_upstream_that_read_it_once(pool, hostile, tmp_path
     """F4: the upstream reads the request and closes, with 64 kept connections
     to it; before, the request was sent again on each (65 times)."""
     _, router = pool
-    hostile.answer_delay = 0.3  # 64 requests at once take 64 connections
+    # 64 requests at once, each answered after 2 s, keep many connections open:
+    # the router thread ranks them one by one, so a short delay let a loaded
+    # machine reuse some (59 of 64 once).
+    hostile.answer_delay = 2.0
     proxy = Proxy(router, every_model_at(router, hostile, fallbacks=0), tmp_path)
     try:
         with ThreadPoolExecutor(64) as clients:
             answers = list(clients.map(lambda _: post(proxy, chat()), range(64)))
         assert [answer.status_code for answer in answers] == [200] * 64
-        assert hostile.connections >= 60  # kept by the proxy's pool
+        # Kept by the proxy's pool: a request sent again on each would be
+        # counted dozens of times.
+        assert hostile.connections >= 32
         hostile.behaviour = "read_and_close"
         before = hostile.requests
         failed = post(proxy, chat())

@@ -35,6 +35,7 @@ def _routing_lines(stderr):
 
 
 @pytest.mark.slow
+@pytest.mark.readme
 def test_the_readme_shell_block_runs_top_to_bottom(tmp_path):
     block = _shell_block()
     port = str(_free_port())
