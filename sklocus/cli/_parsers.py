@@ -37,7 +37,7 @@ DESCRIPTION = (
     "main job on built-in data. 'sklocus COMMAND --help' lists a command's "
     "options."
 )
-# --quick: a smaller pool and shorter training, for a first look in under a minute.
+# --quick: a smaller pool and shorter training, for a first look.
 QUICK = {
     "n_models": 120,
     "n_new": 20,
@@ -864,7 +864,8 @@ def _add_demo_command(commands):
         description="Train an embedder on synthetic evaluations, onboard held-out "
         "models with one forward pass each, and report their held-out correctness "
         "and routing accuracy beside simple baselines, and a few models' nearest "
-        "neighbours (about two minutes on two CPU cores; --quick, under one).",
+        "neighbours (about three and a half minutes on two CPU cores; --quick is "
+        "a smaller, shorter run).",
     )
     demo_parser.add_argument(
         "--quick",

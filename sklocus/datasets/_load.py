@@ -185,7 +185,8 @@ def load_llmrouter(*, encoder="all-MiniLM-L6-v2"):
     ----------
     encoder : str, default="all-MiniLM-L6-v2"
         Sentence encoder of the question texts (no encodings are packaged:
-        MiniLM encodes all 6,108 questions in about two minutes on two CPU cores).
+        MiniLM encodes all 6,108 questions in two to four minutes on two CPU
+        cores).
 
     Returns
     -------

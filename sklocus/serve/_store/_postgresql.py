@@ -310,9 +310,17 @@ class PostgreSQLStore(Store):
 
     def release_lease(self):
         with self._lease_lock:
+            if self._lease is not None:
+                # Unlocked before the session is closed: a closed session's lock
+                # is freed when its server process exits, a moment after close()
+                # returns, so another replica trying at once would not get it.
+                try:
+                    self._lease.execute("SELECT pg_advisory_unlock(%s)", (_LEASE_KEY,))
+                except self._psycopg.Error:
+                    pass  # the session is gone, and its lock with it
             for connection in (self._lease, self._candidate):
                 if connection is not None:
-                    connection.close()  # the session ends, and its lock with it
+                    connection.close()  # the session ends, and any lock with it
             self._lease = self._candidate = None
 
     def close(self):
