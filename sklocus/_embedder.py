@@ -753,19 +753,26 @@ class LocusEmbedder(
     def _embed_raw(self, ragged, vectors, refine=True):
         """Embeddings in the network's own units, refined if ``refine_steps``."""
         module = self.net_.module_
-        with self._progress("Embedding models", ragged.n_sets) as progress:
-            out = embed_sets(
-                module.encoder,
-                ragged,
-                vectors,
-                embedding_dim=self.embedding_dim,
-                device=self.device_,
-                precision=self.inference_precision,
-                progress=progress.advance,
-            )
-        if refine and self.refine_steps:
+        refine = refine and self.refine_steps
+        if refine:
             # Checked here: set_params on a fitted embedder skips fit's validation.
             _check_refinement(self.refine_steps, self.refine_penalty)
+        # The status shows while neither step has lasted its own delay, so that
+        # two short steps in a row leave no silence of two seconds.
+        noun = "model" if ragged.n_sets == 1 else "models"
+        with status(f"Embedding {ragged.n_sets:,} {noun}", enabled=bool(self.verbose)):
+            with self._progress("Embedding models", ragged.n_sets) as progress:
+                out = embed_sets(
+                    module.encoder,
+                    ragged,
+                    vectors,
+                    embedding_dim=self.embedding_dim,
+                    device=self.device_,
+                    precision=self.inference_precision,
+                    progress=progress.advance,
+                )
+            if not refine:
+                return out
             with self._progress("Refining embeddings", ragged.n_sets) as progress:
                 refine_sets(
                     module.predictor,

@@ -35,6 +35,7 @@ from sklocus._model_posterior import (
     group_sums,
     posterior_weights,
 )
+from sklocus._progress import status
 from sklocus._score_readout import FullScoreMixin
 from sklocus._sklearn_compat import HasMethods, Interval, _fit_context
 from sklocus._validation import check_count, shown
@@ -95,6 +96,8 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
     ----------
     embedder : LocusEmbedder
         A fitted embedder (anything with ``transform`` and ``predict_correctness``).
+        Its ``verbose`` also reports :meth:`fit` on standard error, the way the
+        embedder reports its own steps.
     confidence : float, default=0.9
         The intervals' nominal coverage, in (0, 1).
     max_reference_models : int, default=2048
@@ -218,15 +221,18 @@ class ScoreEstimator(FullScoreMixin, VersionStampMixin, BaseEstimator):
         self.reference_indices_ = chosen
         self._prediction_cache = {}
         references = ragged.subset(chosen)
-        self.reference_embeddings_ = np.asarray(self.embedder.transform(references))
-        self._references = references
-        self._reference_codes = {q: i for i, q in enumerate(references.queries)}
-        # The reference model of each of their evaluations, for _reference_outcomes.
-        self._reference_owner = np.repeat(
-            np.arange(references.n_sets), references.sizes
-        )
-        self._calibrate(ragged, rng)
-        self._fit_full_scores(ragged, scores, rng)
+        # Reported as the embedder reports its own steps (its verbose).
+        label = f"Calibrating the estimates on {n_reference:,} reference models"
+        with status(label, enabled=bool(_verbose(self.embedder))):
+            self.reference_embeddings_ = np.asarray(self.embedder.transform(references))
+            self._references = references
+            self._reference_codes = {q: i for i, q in enumerate(references.queries)}
+            # The reference model of each evaluation, for _reference_outcomes.
+            self._reference_owner = np.repeat(
+                np.arange(references.n_sets), references.sizes
+            )
+            self._calibrate(ragged, rng)
+            self._fit_full_scores(ragged, scores, rng)
         return self
 
     # -- calibration --------------------------------------------------------------
@@ -796,3 +802,8 @@ def _queries_and_groups(queries, query_groups, what="queries"):
     codes = np.full(len(queries), -1, dtype=np.int64)
     codes[present] = [index[group] for group in groups[present]]
     return queries, codes, labels
+
+
+def _verbose(embedder):
+    """Return the ``verbose`` of ``embedder`` or of the one it wraps; else 0."""
+    return getattr(getattr(embedder, "estimator", embedder), "verbose", 0)

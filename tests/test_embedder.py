@@ -455,6 +455,27 @@ def test_verbose_reports_long_embeddings_and_refinements(
         assert f"{step}: 48 models in " in err
 
 
+def test_verbose_embedding_shows_at_once_on_a_terminal(
+    fitted, data, capsys, monkeypatch
+):
+    # Two steps each just under their own delay would leave a silence of two:
+    # the status around them shows while neither does.
+    import copy
+
+    import sklocus._embedder
+
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(_progress, "_STATUS_DELAY", 0.0)
+    monkeypatch.setattr(sklocus._embedder, "_PROGRESS_DELAY", 3600.0)
+    embedder = copy.copy(fitted).set_params(refine_steps=2, verbose=1)
+    embedder.transform(data.evaluation_sets)
+    err = capsys.readouterr().err
+    assert "\rEmbedding 48 models... 0 s" in err
+    assert "Embedding models:" not in err and "Refining" not in err
+    assert err.endswith("\r")  # cleared: nothing is left drawn
+    assert not _progress._screen.steps
+
+
 def test_default_query_encoder_is_minilm_by_name():
     sets = [
         {"What is 2 + 2?": 1, "Name a prime number.": 0},

@@ -247,6 +247,22 @@ def test_unfitted_embedder_is_refused(data):
 # -- the numerical core ---------------------------------------------------------
 
 
+def test_fit_reports_as_its_embedder_does(data, embedder, capsys, monkeypatch):
+    import copy
+
+    from sklocus import _progress
+
+    monkeypatch.setattr(_progress, "on_terminal", lambda: True)
+    monkeypatch.setattr(_progress, "_STATUS_DELAY", 0.0)
+    references = data.evaluation_sets[:N_REFERENCE]
+    ScoreEstimator(embedder, random_state=0).fit(references)
+    assert capsys.readouterr().err == ""  # verbose=0: quiet
+    loud = copy.copy(embedder).set_params(verbose=1)
+    ScoreEstimator(loud, random_state=0).fit(references)
+    err = capsys.readouterr().err
+    assert f"\rCalibrating the estimates on {N_REFERENCE} reference models..." in err
+
+
 def test_posterior_weights_follow_the_likelihood():
     predictions = np.array([[0.9, 0.9], [0.1, 0.1], [0.5, 0.5]])
     w = posterior_weights(predictions, np.array([1.0, 1.0]), temperature=1.0)
