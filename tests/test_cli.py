@@ -1319,6 +1319,9 @@ def bad_files(workspace):
     stranger = table.copy()
     stranger.loc[3, "query"] = "q-never-seen"
     stranger.to_csv(folder / "stranger.csv", index=False)
+    unpriced = table.copy()
+    unpriced.loc[4, "params"] = np.nan
+    unpriced.to_csv(folder / "unpriced.csv", index=False)
     (folder / "short_ids.txt").write_text("\n".join(data.query_ids[:10]))
     (folder / "notes.json").write_text("{}")
     emb = pd.read_parquet(folder / "emb.parquet")
@@ -1341,6 +1344,11 @@ VECTORS = ["--query-vectors", "vectors.npy", "--query-ids", "ids.txt"]
         (
             ["fit", "broken.csv", "-o", "m.sklocus", *VECTORS],
             "broken.csv: line 9 (model 'model-0000') has score 1.7",
+        ),
+        (
+            ["embed", "model.sklocus", "unpriced.csv", "-o", "e.csv"]
+            + ["--cost-column", "params"],
+            "unpriced.csv: line 6 has no value in column 'params'; costs must be",
         ),
         (
             ["fit", "evals.csv", "-o", "m.sklocus", "--set", "n_latent=4"],

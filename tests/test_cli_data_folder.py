@@ -131,6 +131,14 @@ def test_route_says_what_a_cost_policy_spends(folder, capsys):
     assert said.endswith(f"the routes cost {spent:.4g} per query.")
     best = said.split("on the pool, ")[1].split(",")[0]
     assert f"at a cost of {prices[best]:.4g} per query" in said
+    # Routing other queries (QUERIES), it still says what the held-out ones cost.
+    train = [q for q in data.query_ids if q not in set(test)]
+    (path / "train.txt").write_text("\n".join(train[:7]) + "\n")
+    other = ("route", "model.sklocus", ".", "train.txt", "-o", "other.csv")
+    other += route[5:]
+    run = succeeded(in_process(*other, cwd=path, capsys=capsys))
+    assert len(pd.read_csv(path / "other.csv")) == 7
+    assert said in run.stderr.splitlines()
 
 
 def test_test_split_errors_name_what_was_expected(folder, capsys):

@@ -89,12 +89,14 @@ def run_fit(arguments):
     elapsed = time.perf_counter() - start
     say(training_summary(embedder, elapsed, hint="--set max_epochs={}"))
     if held is not None:
+        # Within the run's settings: the held-out queries' encodings join the
+        # cache, where route and report find them.
         with run_settings(embedder, arguments):
             router = build_router(embedder, evaluations)
-        said = groups_line(router)
-        if said is not None:
-            say(said)
-        say(routing_line(router, held))
+            said = groups_line(router)
+            if said is not None:
+                say(said)
+            say(routing_line(router, held))
     save_file(embedder, output)
     say(f"Saved the embedder to {output} ({output.stat().st_size / 2**20:.1f} MiB).")
     return 0
@@ -182,9 +184,7 @@ def routing_line(router, held, groups=None, exclude=None):
     if exclude:
         router = copy.copy(router)
         router.remove_models(exclude)
-    query_groups = None
-    if groups is not None:
-        query_groups = [groups.get(query) for query in held.queries]
+    query_groups = _groups_of(held.queries, groups)
     scores = held.scores[list(router.classes_)]
     with status(f"Routing the {len(held.queries):,} held-out queries"):
         accuracy = router.score(held.queries, scores, query_groups=query_groups)
@@ -195,14 +195,14 @@ def routing_line(router, held, groups=None, exclude=None):
     )
 
 
-def baseline_line(router, held, evaluations, groups=None, exclude=None):
-    """Say what the routes of the held-out queries cost and the best model scores.
+def baseline_line(router, held, evaluations, routes, exclude=None):
+    """Say what ``routes`` (of the held-out queries) cost and the best model scores.
 
     The best single model is the one of highest mean score on the pool's other
     evaluations (what one would deploy without a router); its accuracy is on the
     held-out queries, as the routing accuracy is. Costs are the router's.
     """
-    names = [name for name in router.classes_ if name not in set(exclude or ())]
+    names = set(router.classes_) - set(exclude or ())
     means = {
         name: np.mean(list(evaluations.sets[i].values()))
         for i, name in enumerate(evaluations.model_names)
@@ -213,12 +213,6 @@ def baseline_line(router, held, evaluations, groups=None, exclude=None):
     line = f"The best single model on the pool, {best}, scores {accuracy:.1%} on them"
     if router.cost_ is None:
         return line + "."
-    query_groups = None
-    if groups is not None:
-        query_groups = [groups.get(query) for query in held.queries]
-    routes = router.predict(
-        held.queries, exclude=exclude or None, query_groups=query_groups
-    )
     cost = dict(zip(router.classes_, router.cost_))
     spent = float(np.mean([cost[name] for name in routes]))
     return (
@@ -544,8 +538,15 @@ def run_route(arguments):
         measured = None
         if held is not None:
             measured = routing_line(router, held, pool_groups, arguments.exclude)
+            routes = models[:, 0]
+            if arguments.queries is not None:  # routed QUERIES, not the held-out
+                routes = router.predict(
+                    held.queries,
+                    exclude=arguments.exclude or None,
+                    query_groups=_groups_of(held.queries, pool_groups),
+                )
             measured += "\n" + baseline_line(
-                router, held, evaluations, pool_groups, arguments.exclude
+                router, held, evaluations, routes, arguments.exclude
             )
     frame = pd.DataFrame({"query": ids, "model": models[:, 0]})
     for rank in range(models.shape[1]):
@@ -589,10 +590,13 @@ def _queries_to_route(arguments, held, pool_groups):
             "argument --queries-text-column: there is no QUERIES table; the "
             "held-out queries' texts come from EVALS"
         )
-    groups = None
-    if pool_groups is not None:
-        groups = [pool_groups.get(query) for query in held.queries]
+    groups = _groups_of(held.queries, pool_groups)
     return list(held.queries), list(held.queries), groups
+
+
+def _groups_of(queries, groups):
+    """Each query's group in ``groups`` (a mapping; None where it has none), or None."""
+    return None if groups is None else [groups.get(query) for query in queries]
 
 
 def _say_if_no_group_is_known(router, query_groups, arguments):

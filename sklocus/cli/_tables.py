@@ -143,14 +143,14 @@ def _split_queries(arguments, evaluations):
     """Return the queries whose ``--split-column`` is ``--test-split``, in order."""
     name, column = arguments.test_split, arguments.split_column
     table, query = evaluations.query_table, arguments.query_column
-    where = evaluations.source
-    require_columns(table, {"--split-column": column}, where)
+    source = evaluations.source
+    require_columns(table, {"--split-column": column}, source)
     splits = table[column].astype(str)
     chosen = table.loc[splits == name, query].astype(str)
     if chosen.empty:
         found = sorted(splits[table[column].notna()].unique())
         raise UserError(
-            f"argument --test-split: no query of {where} has {column!r} equal to "
+            f"argument --test-split: no query of {source} has {column!r} equal to "
             f"{name!r}; the column holds {found[:10]}"
         )
     # A query of a long table is in the split when any of its rows says so.
@@ -481,17 +481,31 @@ def write_table(frame, path):
 
 def per_model_mean(frame, model_column, column, path):
     """Mean of a numeric ``column`` over each model's rows, as a Series by model."""
+    values = _costs(frame, column, path, lambda row: row_name(path, row))
+    return values.groupby(frame[model_column], sort=False).mean()
+
+
+def _costs(frame, column, path, name_row):
+    """``frame[column]`` as numbers, each a cost: finite and at least 0.
+
+    ``name_row(position)`` names the row of a bad value (its line, its model).
+    """
     require_columns(frame, {"--cost-column": column}, path)
     values = pd.to_numeric(frame[column], errors="coerce")
     bad = values.isna() | ~np.isfinite(values) | (values < 0)
     if bad.any():
-        position = int(np.argmax(bad.to_numpy()))
+        row = int(np.argmax(bad.to_numpy()))
+        given = frame[column].iloc[row]
+        found = (
+            f"no value in column {column!r}"
+            if pd.isna(given)
+            else f"{column}={shown(given)}"
+        )
         raise UserError(
-            f"{path}: {row_name(path, position)} has {column}="
-            f"{shown(frame[column].iloc[position])}; costs must be finite numbers "
+            f"{path}: {name_row(row)} has {found}; costs must be finite numbers "
             "of at least 0"
         )
-    return values.groupby(frame[model_column], sort=False).mean()
+    return values
 
 
 def read_evaluations(arguments, *, cost_column=None):
@@ -592,22 +606,11 @@ def _folder_costs(models, column, folder):
             "of a folder that gives each model's cost; expected one row per model "
             f"with a column {column!r}"
         )
-    require_columns(models, {"--cost-column": column}, source)
-    values = pd.to_numeric(models[column], errors="coerce")
-    bad = values.isna() | ~np.isfinite(values) | (values < 0)
-    if bad.any():
-        row = int(np.argmax(bad.to_numpy()))
-        given = models[column].iloc[row]
-        found = (
-            f"no value in column {column!r}"
-            if pd.isna(given)
-            else f"{column}={given!r}"
-        )
-        raise UserError(
-            f"{source}: model {models['model'].iloc[row]!r} has {found}; costs "
-            "must be finite numbers of at least 0"
-        )
-    return pd.Series(values.to_numpy(), index=models["model"], name=column)
+    names = models["model"]
+    values = _costs(
+        models, column, source, lambda row: f"model {shown(names.iloc[row])}"
+    )
+    return pd.Series(values.to_numpy(), index=names, name=column)
 
 
 def _texts(frame, query, text, path):
