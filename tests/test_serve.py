@@ -453,7 +453,9 @@ class Server:
     def stop(self):
         self.process.send_signal(signal.SIGINT)
         try:
-            _, stderr = self.process.communicate(timeout=30)
+            # Longer than a supervisor gives its workers (30 s), so that a
+            # worker slow to stop meets the supervisor's kill, not this one's.
+            _, stderr = self.process.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise

@@ -9,7 +9,9 @@ uses N cores, and an outcome sent to any worker is learnt by all.
 
 The command stays as their supervisor: a worker that dies (killed, out of
 memory) is started again, and stopping the command (Ctrl-C, SIGTERM) stops
-every worker after the requests it is answering.
+every worker after the requests it is answering. A worker whose supervisor is
+gone (killed, out of memory) stops the same way within a second, rather than
+serve on alone, unsupervised, holding the port.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import wait
 
@@ -29,6 +32,8 @@ _RESTARTS = 5
 _RESTART_WINDOW = 60.0
 # Seconds a worker has to finish its requests once asked to stop.
 _STOP_SECONDS = 30.0
+# How often a worker looks whether its supervisor still runs.
+_WATCH_SECONDS = 0.5
 
 
 def run_workers(arguments, token):
@@ -81,7 +86,7 @@ def _supervise(arguments, listener, token, threads):
     def start(index):
         worker = context.Process(
             target=_work,
-            args=(arguments, listener, token, threads),
+            args=(arguments, listener, token, threads, os.getpid()),
             name=f"sklocus-worker-{index}",
         )
         worker.start()
@@ -142,11 +147,12 @@ def _stop(workers):
             worker.join()
 
 
-def _work(arguments, listener, token, threads):
+def _work(arguments, listener, token, threads, supervisor):
     """One worker: a replica of the store, serving on the shared socket."""
     # Its own process group: a Ctrl-C at the terminal reaches the supervisor,
     # which asks each worker once (a second SIGINT would cut uvicorn short).
     os.setpgrp()
+    _stop_without(supervisor)
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
@@ -178,3 +184,20 @@ def _work(arguments, listener, token, threads):
     except UserError as error:
         print(f"sklocus serve: worker {os.getpid()}: error: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+def _stop_without(supervisor):
+    """Stop this worker, as SIGTERM does, once process ``supervisor`` is gone.
+
+    In its own process group a worker outlives a supervisor that is killed; a
+    thread sees the worker's parent change (to init, or a subreaper) and sends
+    the worker SIGTERM: before the server runs that ends the process at once,
+    afterwards the server stops after the requests it is answering.
+    """
+
+    def watch():
+        while os.getppid() == supervisor:
+            time.sleep(_WATCH_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="sklocus-supervisor", daemon=True).start()
