@@ -451,7 +451,7 @@ def test_workers_stop_when_their_supervisor_is_killed(pool, tmp_path):
     workers = _children(served.process.pid)
     assert len(workers) == 2
     served.process.kill()
-    served.process.wait()  # not communicate: workers hold its pipes while they run
+    served.process.wait()
     wait = _phase("the workers to stop without their supervisor")
     try:
         while any(_running(pid) for pid in workers):
@@ -459,8 +459,6 @@ def test_workers_stop_when_their_supervisor_is_killed(pool, tmp_path):
     finally:
         for pid in filter(_running, workers):
             os.kill(pid, signal.SIGKILL)
-        served.process.stdout.close()
-        served.process.stderr.close()
 
 
 def test_a_second_server_on_files_another_writes_is_refused(pool, tmp_path, capsys):

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -416,12 +417,18 @@ def _free_port():
 
 
 class Server:
-    """``sklocus serve`` in a subprocess, on a free port of the loopback."""
+    """``sklocus serve`` in a subprocess, on a free port of the loopback.
+
+    Its output goes to files, not pipes: at the default log level each request
+    writes a line, and a pipe nobody reads fills after some 800 of them, then
+    blocks the server (and its workers) mid-write until the pipe is read.
+    """
 
     def __init__(self, *argv, cwd):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, HF_HUB_OFFLINE="1")
+        self._stderr = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -434,14 +441,14 @@ class Server:
             ],
             cwd=cwd,
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
             text=True,
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"the server exited: {self.process.stderr.read()}")
+                raise AssertionError(f"the server exited: {self.stderr()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     return
@@ -455,11 +462,16 @@ class Server:
         try:
             # Longer than a supervisor gives its workers (30 s), so that a
             # worker slow to stop meets the supervisor's kill, not this one's.
-            _, stderr = self.process.communicate(timeout=60)
+            self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise
-        return self.process.returncode, stderr
+        return self.process.returncode, self.stderr()
+
+    def stderr(self):
+        """What the server has written on standard error so far."""
+        self._stderr.seek(0)
+        return self._stderr.read()
 
 
 @pytest.fixture(scope="module")

@@ -329,8 +329,8 @@ def test_a_terminated_server_exits_cleanly_and_closes_its_journal(
     wal, shm = (journal.with_name(journal.name + suffix) for suffix in ("-wal", "-shm"))
     assert wal.exists() and shm.exists()  # open in WAL mode while serving
     server.process.send_signal(signal.SIGTERM)
-    _, stderr = server.process.communicate(timeout=30)
-    assert server.process.returncode == 0, stderr
+    server.process.wait(timeout=30)
+    assert server.process.returncode == 0, server.stderr()
     assert not wal.exists() and not shm.exists()
     with sqlite3.connect(journal) as db:
         assert db.execute("SELECT count(*) FROM outcomes").fetchone()[0] == 5
