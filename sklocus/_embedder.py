@@ -461,6 +461,26 @@ class LocusEmbedder(
 
     # -- fitting ----------------------------------------------------------------
 
+    def check_params(self):
+        """Check the settings as :meth:`fit` does, without fitting.
+
+        What a caller about to read a large pool, or to announce a long
+        training, calls first: a bad setting (out of its range, or at odds with
+        another) fails now, not after that work.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError or TypeError
+            Naming the setting at fault and what it takes.
+        """
+        self._validate_params()
+        self._check_params()
+        return self
+
     def _check_params(self):
         if not _size_range(self.encoder_sizes):
             raise ValueError(

@@ -1066,3 +1066,17 @@ def test_embeddings_are_in_units_of_the_typical_distance_between_training_models
     # Predictions read the embeddings in those units: scaling them changes the answer.
     p = embedder.predict_correctness(z, data.query_ids[:20])
     assert not np.allclose(p, embedder.predict_correctness(2 * z, data.query_ids[:20]))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"embedding_dim": 0}, "embedding_dim"),
+        ({"embedding_dim": 10, "n_heads": 4}, "n_heads=4 must divide"),
+        ({"encoder_sizes": (9, 3)}, "encoder_sizes=.9, 3. must be"),
+    ],
+)
+def test_check_params_refuses_what_fit_would(settings, message):
+    with pytest.raises(ValueError, match=message):
+        LocusEmbedder(**settings).check_params()
+    assert LocusEmbedder().check_params().get_params() == LocusEmbedder().get_params()

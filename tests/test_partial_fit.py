@@ -287,3 +287,107 @@ def test_long_query_texts_are_kept_in_a_tensor_not_the_header(data, tmp_path):
     loaded = sklocus.load(path)
     assert loaded.evaluation_queries_.tolist() == router.evaluation_queries_.tolist()
     assert loaded.evaluation_queries_.dtype == object
+
+
+def test_outcomes_one_by_one_are_learnt_as_a_table_of_them(data, embedder):
+    queries = data.query_ids[:80]
+    router = _router(embedder).fit(queries, _table(data, queries))
+    from_table = copy.deepcopy(router)
+    more = data.query_ids[70:120]  # ten queries known, forty new
+    Y = _table(data, more, data.model_names[:3])
+    from_table.partial_fit(more, Y)
+    rows, columns = np.nonzero(~np.isnan(Y.to_numpy()))
+    router.learn_outcomes(
+        Y.columns[columns], [more[i] for i in rows], Y.to_numpy()[rows, columns]
+    )
+    _assert_same(_snapshot(from_table), router)
+
+
+@pytest.mark.parametrize(
+    ("models", "scores", "message"),
+    [
+        (["model-0000", "gpt-9"], [1.0, 0.0], r"outcome 1 is of model 'gpt-9'"),
+        (["model-0000"] * 2, [1.0, 1.5], r"outcome 1 has score 1.5 \(out of range\)"),
+        (["model-0000"] * 2, [1.0, "yes"], r"outcome 1 has score 'yes'"),
+        (["model-0000"], [1.0, 0.0], r"got 1, 2 and \(2,\)"),
+    ],
+)
+def test_bad_outcomes_one_by_one_are_named_and_change_nothing(
+    data, embedder, models, scores, message
+):
+    queries = data.query_ids[:50]
+    router = _router(embedder, query_heads=False).fit(queries, _table(data, queries))
+    before = _snapshot(router)
+    with pytest.raises(ValueError, match=message):
+        router.learn_outcomes(models, data.query_ids[50:52], scores)
+    _assert_same(before, router)
+
+
+def test_a_known_query_regrouped_raises_or_keeps_its_group(data, embedder):
+    queries = data.query_ids[:60]
+    router = _router(embedder, query_heads=False).fit(
+        queries, _table(data, queries), query_groups=["a"] * 30 + ["b"] * 30
+    )
+    assert router.named_groups().tolist() == ["a", "b"]
+    model = data.model_names[0]
+    with pytest.raises(ValueError, match=r"is in group 'a', not 'b'"):
+        router.learn_outcomes([model], queries[:1], [1.0], {queries[0]: "b"})
+    router.learn_outcomes(
+        [model, model],
+        [queries[0], data.query_ids[70]],
+        [1.0, 0.0],
+        {queries[0]: "b", data.query_ids[70]: "b"},
+        group_conflicts="ignore",
+    )
+    groups = router.groups_[router.evaluation_groups_]
+    known = router.evaluation_queries_.tolist()
+    assert groups[known.index(queries[0])] == "a"
+    assert groups[known.index(data.query_ids[70])] == "b"
+    with pytest.raises(ValueError, match="group_conflicts='keep' must be"):
+        router.learn_outcomes([model], queries[:1], [1.0], group_conflicts="keep")
+
+
+def test_clusters_are_no_groups_to_give(data, embedder):
+    queries = data.query_ids[:120]
+    router = _router(embedder, query_heads=False, query_clusters=2)
+    router.fit(queries, _table(data, queries))
+    assert router.group_source_ == "clusters" and router.named_groups() is None
+    with pytest.raises(ValueError, match="leave query_groups out"):
+        router.learn_outcomes(
+            [data.model_names[0]], queries[:1], [1.0], {queries[0]: 0}
+        )
+
+
+def test_evaluation_counts_follow_the_outcomes(data, embedder):
+    queries = data.query_ids[:50]
+    table = _table(data, queries)
+    router = _router(embedder, query_heads=False).fit(queries, table)
+    counts = router.evaluation_counts()
+    assert counts.index.tolist() == list(data.model_names)
+    assert counts["n_evaluations"].tolist() == table.notna().sum().tolist()
+    assert (counts["n_scores"] == counts["n_evaluations"]).all()
+    model = data.model_names[1]
+    observed = table[model].notna().to_numpy()
+    known = [q for q, seen in zip(queries, observed) if seen][0]
+    router.learn_outcomes([model, model], [known, data.query_ids[60]], [1.0, 0.0])
+    after = router.evaluation_counts().loc[model]
+    assert after["n_evaluations"] == counts.loc[model, "n_evaluations"] + 1
+    assert after["n_scores"] == counts.loc[model, "n_scores"] + 2
+
+
+def test_copies_of_a_loaded_router_draw_on_from_one_random_state(
+    data, embedder, tmp_path
+):
+    queries = data.query_ids[:50]
+    router = _router(embedder, exploration="thompson", random_state=0)
+    sklocus.save(router.fit(queries, _table(data, queries)), tmp_path / "r.sklocus")
+    loaded = sklocus.load(tmp_path / "r.sklocus")
+    first, second = copy.copy(loaded), copy.copy(loaded)
+    test = data.query_ids[100:160]
+    # One random state: the second copy's draws follow the first's, as one
+    # router's two calls do, instead of repeating them.
+    drawn = [first.predict(test), second.predict(test)]
+    alone = sklocus.load(tmp_path / "r.sklocus")
+    assert np.array_equal(drawn[0], alone.predict(test))
+    assert np.array_equal(drawn[1], alone.predict(test))
+    assert not np.array_equal(drawn[0], drawn[1])

@@ -24,6 +24,7 @@ from sklocus._persistence._schema import (
 )
 from sklocus._persistence._writer import known_classes
 from sklocus._router import LocusRouter
+from sklocus._router._exploration import reset as reset_exploration
 from sklocus._router._scoring import merge_calibration_settings
 from sklocus.encoders import PrecomputedEncoder
 from sklocus.nn.assembly import locus_network, release_training_state
@@ -195,6 +196,7 @@ class Reader:
         if isinstance(estimator, LocusRouter):
             for name in LATER[LocusRouter].keys() - fitted.keys():
                 vars(estimator)[name] = None  # a router of format 7
+            reset_exploration(estimator)
         problem = inconsistency(estimator)
         if problem:
             raise self.refuse(f"{where} does not fit together: {problem}")

@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklocus._groups import check_query_groups
 from sklocus._kept_evaluations import keep
 from sklocus._router._editing import PoolEditingMixin
-from sklocus._router._exploration import Exploration, check_exploration
+from sklocus._router._exploration import check_exploration
 from sklocus._router._exploration import reset as reset_exploration
 from sklocus._router._heads import heads_wanted
 from sklocus._router._locus import Locus, fitted_embedder
@@ -254,6 +254,8 @@ class LocusRouter(
     def __setstate__(self, state):
         # A pickle of an older router gets the settings it was fitted with.
         super().__setstate__(upgraded_state(dict(state)))
+        if "embeddings_" in state and "_exploration_rng" not in state:
+            reset_exploration(self)  # pickled before fit made it
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -356,9 +358,6 @@ class LocusRouter(
         return self
 
     _scorer = fitted_scorer  # the fitted router's stages, a Scorer
-
-    def _draws(self):  # "thompson"'s random state, which the router's copies share
-        return Exploration(self, None).draws()
 
     def _chunks(self, X, query_groups=None, explore=False):
         """Yield ``(start, probabilities, routed)`` for chunks of the queries.

@@ -35,9 +35,14 @@ from sklocus._router._tables import (
     selected,
 )
 from sklocus._routing import cost_rescaling
-from sklocus._validation import check_model_names, shown
+from sklocus._validation import as_item_list, check_model_names, shown
 from sklocus.encoders import as_query_list
-from sklocus.evaluations import check_evaluation_sets, reusable, to_matrix
+from sklocus.evaluations import (
+    _first_bad_score,
+    check_evaluation_sets,
+    reusable,
+    to_matrix,
+)
 
 # The evaluations the router keeps (:mod:`sklocus._kept_evaluations`), in the
 # order of KeptEvaluations' fields.
@@ -51,7 +56,7 @@ KEPT = (
 
 
 class PoolEditingMixin:
-    """``add_models``, ``partial_fit``, ``remove_models`` and ``evaluations``.
+    """Changing the pool, learning outcomes, and what the router keeps of them.
 
     For :class:`~sklocus.LocusRouter`, which gives ``_scorer()``: its stages as
     fitted.
@@ -80,6 +85,37 @@ class PoolEditingMixin:
                 "n_outcomes": kept.counts,
             }
         )
+
+    def evaluation_counts(self):
+        """Return how many evaluations and outcomes each model is embedded from.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Indexed by model, in the order of ``classes_``: ``n_evaluations``,
+            the distinct queries of its evaluations, and ``n_scores``, the
+            outcomes they hold (a query answered twice counts twice).
+        """
+        check_is_fitted(self, "embeddings_")
+        kept = self._kept()
+        return pd.DataFrame(
+            {"n_evaluations": kept.sizes, "n_scores": kept.n_scores()},
+            index=pd.Index(self.classes_, name="model"),
+        )
+
+    def named_groups(self):
+        """Return the groups queries may be given (``groups_``), or None.
+
+        None for a router fitted without ``query_groups``, and for one whose
+        groups are clusters of its queries (``group_source_``): those are its
+        own, and it assigns every query one itself.
+
+        Returns
+        -------
+        ndarray of shape (n_groups,) or None
+        """
+        check_is_fitted(self, "embeddings_")
+        return None if clustered(self) else self.groups_
 
     def add_models(self, evaluation_sets, model_names, cost=None, query_groups=None):
         """Onboard models: embed them as ``fit`` does, with no training of LOCUS.
@@ -230,6 +266,75 @@ class PoolEditingMixin:
             group_of = {q: g for q, g in zip(queries, query_groups) if g is not None}
         return self._learn(
             models[columns], [queries[i] for i in rows], scores[rows, columns], group_of
+        )
+
+    def learn_outcomes(
+        self, models, queries, scores, query_groups=None, *, group_conflicts="raise"
+    ):
+        """Learn from outcomes listed one by one, as :meth:`partial_fit` from a table.
+
+        What a log of routed queries holds: which model answered which query,
+        and how well. Each model with an outcome is embedded again from all its
+        evaluations, a query answered more than once counting once with the
+        mean of its outcomes, exactly as :meth:`partial_fit` does.
+
+        Parameters
+        ----------
+        models : sequence of length n_outcomes
+            The model of each outcome, an entry of ``classes_``.
+        queries : sequence of length n_outcomes
+            The query of each outcome; new queries are welcome.
+        scores : array-like of shape (n_outcomes,)
+            Each outcome, a number in [0, 1].
+        query_groups : mapping, default=None
+            The group of new queries, for a router fitted with
+            ``query_groups`` (a query missing from it has none).
+        group_conflicts : {"raise", "ignore"}, default="raise"
+            What a known query given another group than its own does: an error,
+            or nothing (the query keeps its group).
+
+        Returns
+        -------
+        self
+        """
+        check_is_fitted(self, "embeddings_")
+        if group_conflicts not in ("raise", "ignore"):
+            raise ValueError(
+                f"group_conflicts={group_conflicts!r} must be 'raise' or 'ignore'"
+            )
+        models = as_item_list(models, "models")
+        queries = as_query_list(queries)
+        # Kept as given (a list mixing numbers and text is not read as text).
+        if not isinstance(scores, np.ndarray):
+            scores = np.array(list(scores), dtype=object)
+        if scores.ndim != 1 or not len(models) == len(queries) == len(scores):
+            raise ValueError(
+                f"models, queries and scores give one value per outcome: got "
+                f"{len(models)}, {len(queries)} and {scores.shape}"
+            )
+        column = {name: j for j, name in enumerate(self.classes_.tolist())}
+        for position, name in enumerate(models):
+            if name not in column:
+                raise ValueError(
+                    f"outcome {position} is of model {shown(name)}, which the "
+                    "router does not have; add it with add_models"
+                )
+        bad = _first_bad_score(scores)
+        if bad is not None:
+            position, reason = bad
+            raise ValueError(
+                f"outcome {position} has score {shown(scores[position])} "
+                f"({reason}); an outcome is a number in [0, 1]"
+            )
+        if query_groups is not None:
+            self._check_groups_given()
+            groups_of(query_groups, queries, "learn_outcomes")
+        return self._learn(
+            np.array([column[name] for name in models], dtype=np.int64),
+            queries,
+            scores.astype(np.float64),
+            query_groups,
+            check_groups=group_conflicts == "raise",
         )
 
     def remove_models(self, names):

@@ -33,7 +33,11 @@ def check_exploration(router):
 
 
 def reset(router):
-    """Forget the factors and draws of an earlier fit: ``fit`` starts afresh."""
+    """Start a router's exploration afresh: no factors, draws seeded anew.
+
+    At ``fit``, and when a router is loaded or unpickled: its copies (a served
+    router's snapshots) then share one random state, and draw on from it.
+    """
     router._exploration_cache = None
     router._exploration_rng = check_random_state(router.random_state)
 
@@ -87,15 +91,8 @@ class Exploration:
         return (1.0 / (1.0 + np.exp(-found))).astype(np.float32)
 
     def draws(self):
-        """Return the random state of ``"thompson"``'s draws, made on first use.
-
-        Made at ``fit`` (and once for a loaded router).
-        """
-        router = self.router
-        rng = getattr(router, "_exploration_rng", None)
-        if rng is None:
-            rng = router._exploration_rng = check_random_state(router.random_state)
-        return rng
+        """Return the random state of ``"thompson"``'s draws (see :func:`reset`)."""
+        return self.router._exploration_rng
 
     def cached(self):
         """Whether the pool's exploration factors are computed and current."""

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from sklocus._embedder import LocusEmbedder
+from sklocus import LocusEmbedder
 from sklocus.cli._models import training_summary
 from sklocus.cli._parsers import QUICK
 from sklocus.datasets import make_evaluations

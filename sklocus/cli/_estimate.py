@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sklocus._score_estimation import ScoreEstimator
+from sklocus import ScoreEstimator
 from sklocus.cli._common import UserError, queries_text_column, say
 from sklocus.cli._models import load_embedder, run_settings, teach_queries
 from sklocus.cli._tables import (

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sklocus._router import LocusRouter
-from sklocus._router._learnt_groups import named_groups
+from sklocus import LocusRouter
 from sklocus._validation import shown
 from sklocus.cli._common import UserError, counted, one_line, say, status
 from sklocus.cli._models import load_file, run_settings, save_file
@@ -53,7 +52,7 @@ def _outcome_table(arguments, router):
     values = frame[score].to_numpy(dtype=np.float64)
     group_of = None
     if group is not None:
-        if named_groups(router) is None:
+        if router.named_groups() is None:
             raise UserError(
                 "argument --group-column: the router was fitted without query "
                 "groups; leave it out"
@@ -63,7 +62,7 @@ def _outcome_table(arguments, router):
         label = {str(g): g for g in router.groups_.tolist()}
         texts = labelled[group].astype(str)
         group_of = dict(zip(labelled[query], [label.get(t, t) for t in texts]))
-    models = np.array([index[name] for name in frame[model]], dtype=np.int64)
+    models = router.classes_[[index[name] for name in frame[model]]]
     return models, frame[query].tolist(), values, group_of
 
 
@@ -77,8 +76,8 @@ def run_feedback(arguments):
             "a LocusRouter's file"
         )
     models, queries, scores, group_of = _outcome_table(arguments, router)
-    before = router._kept().sizes
-    touched = len(np.unique(models))
+    before = router.evaluation_counts()["n_evaluations"].sum()
+    touched = len(set(models.tolist()))
     say(
         f"Folding {counted(len(models), 'outcome')} into {touched} of the router's "
         f"{len(router.classes_)} models, each embedded again from all its "
@@ -88,13 +87,13 @@ def run_feedback(arguments):
     try:
         # Saved afterwards: the settings of this run stay out of the file.
         with run_settings(router, arguments), status("Folding the outcomes"):
-            router._learn(models, queries, scores, group_of)
+            router.learn_outcomes(models, queries, scores, group_of)
     except (ValueError, TypeError, KeyError) as error:
         raise UserError(f"{arguments.outcomes}: {one_line(error)}") from None
     elapsed = time.perf_counter() - start
     target = Path(arguments.output) if arguments.output is not None else path
     save_file(router, target)
-    new = int(router._kept().sizes.sum() - before.sum())
+    new = int(router.evaluation_counts()["n_evaluations"].sum() - before)
     say(
         f"Folded {counted(len(models), 'outcome')} of "
         f"{counted(touched, 'model')} into {target} "

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sklocus._selection import (
-    CoverageGreedySelector,
-    KCenterSelector,
-    KMedoidsSelector,
-)
+from sklocus import CoverageGreedySelector, KCenterSelector, KMedoidsSelector
 from sklocus.cli._common import (
     UserError,
     say,

@@ -13,10 +13,9 @@ import pandas as pd
 import pyarrow.dataset as ds
 from sklearn.frozen import FrozenEstimator
 
-from sklocus._embedder import LocusEmbedder
+from sklocus import LocusEmbedder, LocusRouter
 from sklocus._files import write_atomically
 from sklocus._persistence import load, save
-from sklocus._router import LocusRouter
 from sklocus._streaming import embed_parquet
 from sklocus.cli._common import (
     PARQUET,
@@ -74,8 +73,7 @@ def run_fit(arguments):
         verbose=0 if arguments.quiet else 1,
     ).set_params(**parameters)
     # Bad settings fail now, not after the announcement of a long training.
-    embedder._validate_params()
-    embedder._check_params()
+    embedder.check_params()
     evaluations, held = hold_out(arguments, evaluations)
     n_queries = len({query for evaluation in evaluations.sets for query in evaluation})
     said = "" if held is None else f", {len(held.queries)} held out"

@@ -8,8 +8,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from sklocus._router import LocusRouter
-from sklocus._router._learnt_groups import named_groups
+from sklocus import LocusRouter
 from sklocus.cli._common import (
     UserError,
     say,
@@ -443,7 +442,7 @@ def run_serve(arguments):
         )
     groups = ""
     if router.groups_ is not None:
-        kind = "groups" if named_groups(router) is not None else "clusters"
+        kind = "groups" if router.named_groups() is not None else "clusters"
         groups = f" with {len(router.groups_)} query {kind}"
     say(
         f"Serving {len(router.classes_)} models{groups} on http://{arguments.host}:"

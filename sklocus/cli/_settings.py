@@ -42,7 +42,7 @@ def parse_settings(settings, *, reserved=PYTHON_ONLY):
         Naming the item that is not ``NAME=VALUE``, is reserved, or names no
         parameter of ``LocusEmbedder`` (the message lists those it has).
     """
-    from sklocus._embedder import LocusEmbedder
+    from sklocus import LocusEmbedder
 
     known = LocusEmbedder().get_params()
     parameters = {}

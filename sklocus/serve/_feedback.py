@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 
-from sklocus._router._learnt_groups import named_groups
 from sklocus.evaluations import _first_bad_score
 from sklocus.serve._journal import FeedbackJournal
 from sklocus.serve._json import shorten
@@ -40,7 +39,7 @@ def check_outcomes(router, outcomes, request_error):
     at fault.
     """
     known = set(router.classes_.tolist())
-    grouped = named_groups(router) is not None
+    grouped = router.named_groups() is not None
     rows = []
     for position, outcome in enumerate(outcomes):
         where = ("outcomes", position)
@@ -95,17 +94,15 @@ def learn_outcomes(router, outcomes):
     Models are found by name in ``router``: outcomes of a model it does not
     serve (removed since they were sent) are passed over.
     """
-    index = {name: j for j, name in enumerate(router.classes_.tolist())}
-    kept = [outcome for outcome in outcomes if outcome[1] in index]
-    group_of = None
-    if router.group_offsets_ is not None:
-        group_of = {query: group for query, _, _, group in kept if group is not None}
-    router._learn(
-        np.array([index[outcome[1]] for outcome in kept], dtype=np.int64),
+    known = set(router.classes_.tolist())
+    kept = [outcome for outcome in outcomes if outcome[1] in known]
+    group_of = {query: group for query, _, _, group in kept if group is not None}
+    router.learn_outcomes(
+        [outcome[1] for outcome in kept],
         [outcome[0] for outcome in kept],
-        np.array([outcome[2] for outcome in kept], dtype=np.float64),
-        group_of,
-        check_groups=False,
+        [outcome[2] for outcome in kept],
+        group_of or None,
+        group_conflicts="ignore",
     )
 
 

@@ -31,7 +31,6 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from sklocus._router import LocusRouter
-from sklocus._router._learnt_groups import named_groups
 from sklocus._routing import PolicyError, check_policy, cost_rescaling
 from sklocus._validation import check_count
 from sklocus.serve._feedback import LearningFromOutcomes
@@ -92,7 +91,7 @@ def _capped(message):
 
 
 def _require_groups(router):
-    if named_groups(router) is None:
+    if router.named_groups() is None:
         raise RequestError(
             ("query_groups",),
             "the router was fitted without query groups; leave query_groups out",
@@ -183,7 +182,7 @@ class RouterService(LearningFromOutcomes):
                 f"RouterService serves a LocusRouter; got {type(router).__name__}"
             )
         check_is_fitted(router, "embeddings_")
-        groups = named_groups(router)
+        groups = router.named_groups()
         groups = [] if groups is None else groups.tolist()
         for what, labels in [("model", router.classes_), ("query group", groups)]:
             wrong = [label for label in labels if not isinstance(label, str)]
@@ -200,9 +199,9 @@ class RouterService(LearningFromOutcomes):
             ("max_feedback", max_feedback),
         ]:
             check_count(value, option)
+        # Copies share the router's random state of "thompson"'s draws (made
+        # at fit and load): each snapshot served draws on from it.
         self._router = copy.copy(router)
-        # Made once here, so every copy of the served router draws on from it.
-        self._router._draws()
         self.path = None if path is None else Path(path)
         self.write_back = bool(write_back)
         self.max_batch = max_batch
@@ -471,7 +470,7 @@ class RouterService(LearningFromOutcomes):
         costs = [None] * len(router.classes_)
         if router.cost_ is not None:
             costs = router.cost_.astype(np.float64).tolist()
-        kept = router._kept()
+        counts = router.evaluation_counts()
         learnt = self.outcomes_learnt()
         return [
             {
@@ -484,8 +483,8 @@ class RouterService(LearningFromOutcomes):
             for name, cost, size, scores in zip(
                 router.classes_.tolist(),
                 costs,
-                kept.sizes.tolist(),
-                kept.n_scores().tolist(),
+                counts["n_evaluations"].tolist(),
+                counts["n_scores"].tolist(),
             )
         ]
 
@@ -505,7 +504,7 @@ class RouterService(LearningFromOutcomes):
         from sklocus._versioning import __version__
 
         router = self._router
-        groups = named_groups(router)
+        groups = router.named_groups()
         return {
             "status": "ok",
             "n_models": int(len(router.classes_)),
