@@ -41,7 +41,6 @@ from research import baselines, openllm_data
 from research.pools import draw_pools, fitted_embedder
 from sklocus import LocusRouter
 from sklocus._groups import fit_group_offsets, logits
-from sklocus._router._locus import Locus
 from sklocus.evaluations import subsample, to_matrix
 from sklocus.metrics import correctness_accuracy, routing_accuracy
 
@@ -250,7 +249,7 @@ def measure_pool(data, embedder, mf, pool, seed, n, figures):
         float((classifier.predict(data.test_vectors) == data.test_benchmarks).mean())
     )
     # Held-out halves for choosing the groups and the shrinkage.
-    locus = Locus(router.embedder_, router.refine_steps)
+    locus = router.stages_.locus  # the router's LOCUS, refined as it routes
     half, halves = locus.half_embeddings(
         list(queries), scores, router.embeddings_.shape[1]
     )

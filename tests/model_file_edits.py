@@ -6,6 +6,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 import sklocus._persistence
+from sklocus._router._stages import STAGES
 
 
 def rewrite(path, edit, edit_arrays=None):
@@ -20,9 +21,22 @@ def rewrite(path, edit, edit_arrays=None):
     save_file(arrays, path, metadata={"sklocus": json.dumps(header)})
 
 
+def holder(header, name):
+    """The node of a saved router that holds its fitted attribute ``name``.
+
+    Its own attributes are under ``fitted``; those of its stages (format 9)
+    under the stage's node of ``stages``.
+    """
+    estimator = header["estimator"]
+    for node in [estimator["fitted"], *estimator.get("stages", {}).values()]:
+        if node is not None and name in node:
+            return node
+    raise KeyError(name)
+
+
 def network(header):
     """The description of a saved router's network."""
-    embedder = header["estimator"]["fitted"]["embedder_"]["estimator"]
+    embedder = holder(header, "embedder_")["embedder_"]["estimator"]
     return embedder["fitted"]["net_"]["network"]
 
 
@@ -31,3 +45,12 @@ def set_module_param(header, name, value):
     for pair in network(header)["module_params"]["dict"]:
         if pair[0] == name:
             pair[1] = value
+
+
+def as_format_8(header):
+    """Describe a saved router as model file format 8 did: its attributes flat."""
+    estimator = header["estimator"]
+    for name, node in estimator.pop("stages", {}).items():
+        # A stage not fitted: each of its attributes None.
+        estimator["fitted"].update(node or dict.fromkeys(STAGES[name].ATTRIBUTES))
+    header["format_version"] = 8

@@ -38,7 +38,8 @@ def _table(data, queries):
 
 def _factors(router):
     """The router's Laplace factors of its embeddings, as exploration caches them."""
-    return router._scorer().exploration.factors()
+    stages = router.stages_
+    return stages.exploration.factors(stages.locus, router._pool_sets)
 
 
 def _router(embedder, data, queries, **params):
@@ -168,12 +169,16 @@ def test_learning_keeps_the_uncertainty_current(embedder, data):
     _factors(router)
     more = data.query_ids[60:120]
     router.partial_fit(more, _table(data, more)[data.model_names[:2]])
-    cached = router._exploration_cache[1].clone()
-    del router._exploration_cache
-    np.testing.assert_allclose(cached, _factors(router), atol=1e-5)
+    stages = router.stages_
+    cached = stages.exploration.cache.factors.clone()
+    fresh = stages.exploration.posterior_factors(
+        stages.locus, stages.locus.embeddings, router._pool_sets()
+    )
+    np.testing.assert_allclose(cached, fresh, atol=1e-5)
     router.remove_models(data.model_names[:1])
-    assert router._exploration_cache[1].shape[0] == 5
-    np.testing.assert_allclose(router._exploration_cache[1], cached[1:])
+    kept = router.stages_.exploration.cache.factors
+    assert kept.shape[0] == 5
+    np.testing.assert_allclose(kept, cached[1:])
 
 
 def test_exploration_needs_a_locus_embedder(data):

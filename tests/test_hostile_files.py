@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from model_file_edits import rewrite, set_module_param
+from model_file_edits import holder, rewrite, set_module_param
 from safetensors import safe_open
 from safetensors.numpy import save_file
 from sklearn.frozen import FrozenEstimator
@@ -53,7 +53,7 @@ def _fitted(header):
 
 
 def _embedder(header):
-    return _fitted(header)["embedder_"]["estimator"]
+    return holder(header, "embedder_")["embedder_"]["estimator"]
 
 
 def _scalar_edit(path, attribute, value):

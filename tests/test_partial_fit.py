@@ -47,10 +47,12 @@ def _router(embedder, **params):
 
 
 def _snapshot(router):
+    """Every public fitted attribute of the router but its embedder, copied."""
+    names = [n for n in dir(router) if n.endswith("_") and not n.startswith("_")]
     return {
-        name: copy.deepcopy(value)
-        for name, value in vars(router).items()
-        if name.endswith("_") and name != "embedder_"
+        name: copy.deepcopy(getattr(router, name))
+        for name in names
+        if name not in ("embedder_", "stages_")
     }
 
 

@@ -1,5 +1,6 @@
 """sklocus.save / sklocus.load, and the version stamp of joblib pickles."""
 
+import json
 import pickle
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from model_file_edits import network, rewrite, set_module_param
+from model_file_edits import as_format_8, holder, network, rewrite, set_module_param
 from safetensors import safe_open
 from safetensors import torch as safetensors_torch
 from safetensors.numpy import save_file
@@ -32,6 +33,7 @@ from sklocus import (
     ModelFileError,
     SklocusVersionWarning,
 )
+from sklocus._router._stages import STAGES
 from sklocus.datasets import make_evaluations
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 from sklocus.evaluations import to_matrix
@@ -320,7 +322,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
     payload = pickle.dumps(_RunsCode(str(marker))).hex()
 
     def smuggle(header):
-        header["estimator"]["fitted"]["cost_"] = {"pickle": payload}
+        holder(header, "cost_")["cost_"] = {"pickle": payload}
 
     rewrite(path, smuggle)
     with pytest.raises(ModelFileError, match=r"cost_ holds 'pickle'"):
@@ -336,13 +338,13 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"names class 'subprocess.Popen'; a sklocus model file holds only",
         ),
         (
-            lambda h: h["estimator"]["fitted"]["embedder_"]["estimator"].update(
+            lambda h: holder(h, "embedder_")["embedder_"]["estimator"].update(
                 {"class": "Pipeline"}
             ),
             r"LocusRouter.embedder_ names class 'Pipeline'",
         ),
         (
-            lambda h: h["estimator"]["fitted"].update({"embeddings_": "not an array"}),
+            lambda h: holder(h, "embeddings_").update({"embeddings_": "not an array"}),
             r"embeddings_ is a str; expected a 2-D array of dtype kind f",
         ),
         (
@@ -395,7 +397,7 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"classes_ has labels of dtype 'U3,O'",
         ),
         (
-            lambda h: h["estimator"]["fitted"]["embeddings_"].update({"evil": 1}),
+            lambda h: holder(h, "embeddings_")["embeddings_"].update({"evil": 1}),
             r"embeddings_ holds 'array', which a model file may not hold",
         ),
         (
@@ -411,19 +413,19 @@ def test_a_pickle_smuggled_into_a_model_file_is_refused(fitted, tmp_path):
             r"damaged sklocus description .*nested deeper than 64",
         ),
         (
-            lambda h: h["estimator"]["fitted"]["embedder_"]["estimator"].update(
+            lambda h: holder(h, "embedder_")["embedder_"]["estimator"].update(
                 {"fitted": {}}
             ),
             r"does not fit together: its embedder_ is not fitted",
         ),
         (
             lambda h: h["estimator"]["params"].update(
-                {"cost_weight": h["estimator"]["fitted"]["embedder_"]}
+                {"cost_weight": holder(h, "embedder_")["embedder_"]}
             ),
             r"cost_weight holds an estimator, which it may not",
         ),
         (
-            lambda h: h["estimator"]["fitted"].update({"head_blend_": 1.5}),
+            lambda h: holder(h, "head_blend_").update({"head_blend_": 1.5}),
             r"does not fit together: head_blend_ is 1.5, not in \[0, 1\]",
         ),
     ],
@@ -734,3 +736,69 @@ def test_a_pickle_lacking_a_parameter_is_refused(fitted, name):
         r"\['refine_steps'\], so another sklocus than this one",
     ):
         blank.__setstate__(state)
+
+
+# -- a router's stages (format 9) ---------------------------------------------------
+
+
+def test_a_router_file_holds_each_stage_under_its_name(fitted, tmp_path):
+    router = fitted["router"]
+    path = tmp_path / "router.sklocus"
+    sklocus.save(router, path)
+    with safe_open(path, "numpy") as file:
+        header = json.loads(file.metadata()["sklocus"])
+    estimator = header["estimator"]
+    assert header["format_version"] == NEWEST == 9
+    assert set(estimator["stages"]) == set(STAGES)
+    assert "embeddings_" in estimator["stages"]["locus"]
+    assert estimator["stages"]["calibration"] is None  # not fitted
+    assert (
+        "classes_" in estimator["fitted"] and "embeddings_" not in estimator["fitted"]
+    )
+    # Read as format 8 wrote it, flat, it is the same router.
+    rewrite(path, as_format_8)
+    again = sklocus.load(path)
+    np.testing.assert_array_equal(again.embeddings_, router.embeddings_)
+    assert again.model_offsets_ is None
+    np.testing.assert_array_equal(again.cost_, router.cost_)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda h: h["estimator"]["stages"]["locus"].update(cost_=None),
+            r"stages.locus sets 'cost_', which is not an attribute of the "
+            r"router's locus stage",
+        ),
+        (
+            lambda h: h["estimator"]["stages"].pop("heads"),
+            r"stages must map each of the stages \[.*\] to its attributes",
+        ),
+        (
+            lambda h: h["estimator"]["stages"].update(heads=[1]),
+            r"stages.heads is not a mapping or null",
+        ),
+        (
+            lambda h: h["estimator"]["fitted"].update(
+                embeddings_=h["estimator"]["stages"]["locus"]["embeddings_"]
+            ),
+            r"sets 'embeddings_' twice: in fitted and in stages.locus",
+        ),
+        (
+            lambda h: h["estimator"]["stages"]["locus"].pop("embeddings_"),
+            r"lacks fitted attributes \['embeddings_'\]",
+        ),
+        (
+            lambda h: h.update(format_version=8),
+            r"has stages, which only a LocusRouter of model file format 9",
+        ),
+    ],
+    ids=["foreign", "missing-stage", "not-a-mapping", "twice", "missing", "format-8"],
+)
+def test_odd_stages_in_a_router_file_are_refused(fitted, tmp_path, edit, message):
+    path = tmp_path / "router.sklocus"
+    sklocus.save(fitted["router"], path)
+    rewrite(path, edit)
+    with pytest.raises(ModelFileError, match=message):
+        sklocus.load(path)

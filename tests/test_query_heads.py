@@ -99,7 +99,7 @@ def test_a_router_knows_the_queries_its_embedder_held_out(tmp_path):
     assert 0 <= router.head_blend_ <= 1
     scores, queries = to_matrix(data.evaluation_sets)
     vectors = embedder._encode(queries)
-    unseen, found = unseen_logits(router._scorer(), queries, scores, vectors, None)
+    unseen, found = unseen_logits(router.stages_, queries, scores, vectors, None)
     assert {queries[i] for i in np.flatnonzero(unseen)} == set(held)
     assert np.isfinite(found[unseen]).all() and np.isnan(found[~unseen]).all()
     # A model file keeps them, so a router over the loaded embedder is the same.

@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -183,7 +184,8 @@ def test_rounding_noise_does_not_route_to_a_copy(router, problem):
         return probabilities
 
     noisy._predict = one_ulp_higher
-    grown.embedder_ = noisy
+    locus = dataclasses.replace(grown.stages_.locus, embedder=noisy)
+    grown.stages_ = grown.stages_.adding(locus=locus)
     np.testing.assert_array_equal(grown.predict(test), before)
 
 

@@ -1,4 +1,4 @@
-"""The router's stages as components: composed in order, rebuilt from a router.
+"""The router's stages as components: composed in order, held as its state.
 
 Each stage's own model has its tests (test_calibration, test_query_heads,
 test_probability_calibration, test_groups, test_exploration, test_budget in
@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
-from model_file_edits import rewrite
+from model_file_edits import as_format_8, rewrite
 from sklearn.frozen import FrozenEstimator
 from tiny import SMALL_NETWORK
 
@@ -19,9 +19,9 @@ from sklocus import LocusEmbedder, LocusRouter
 from sklocus._calibration import apply_calibration
 from sklocus._groups import apply_group_offsets
 from sklocus._query_heads import apply_heads
-from sklocus._router._learnt_groups import LearntGroups, shifted
-from sklocus._router._rows import ModelRows, model_rows
-from sklocus._router._scoring import CALIBRATIONS, merge_calibration_settings
+from sklocus._router._fitting import CALIBRATIONS, merge_calibration_settings
+from sklocus._router._learnt_groups import shifted
+from sklocus._router._stages import STAGES
 from sklocus.cli._parsers import CALIBRATION_CHOICES
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
@@ -64,7 +64,7 @@ def test_the_stages_apply_in_order_on_locus_probabilities(pool, every_stage):
     found = apply_heads(found, vectors, *heads)
     found = router.probability_calibrator_.predict(found)
     # Without groups, those told from the encodings (soft, from labels).
-    told = LearntGroups.of(router).memberships(vectors)
+    told = router.stages_.groups.learnt.memberships(vectors)
     assert router.group_source_ == "labels" and told.shape == (len(test), 2)
     np.testing.assert_allclose(told.sum(axis=1), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(
@@ -78,24 +78,38 @@ def test_the_stages_apply_in_order_on_locus_probabilities(pool, every_stage):
     )
 
 
-def test_a_router_rebuilds_its_stages_from_its_fitted_attributes(every_stage):
-    scorer = every_stage._scorer()
-    assert scorer.calibration.slope == every_stage.calibration_slope_
-    assert scorer.heads.blend == every_stage.head_blend_
-    assert scorer.probability_map.calibrator is every_stage.probability_calibrator_
-    assert scorer.group_offsets.groups is every_stage.groups_
-    rows = model_rows(every_stage)
-    assert rows.embeddings is every_stage.embeddings_
-    assert rows.heads[0] is every_stage.head_weights_
+def test_the_fitted_attributes_are_the_stages_own(every_stage):
+    stages = every_stage.stages_
+    assert stages.calibration.slope == every_stage.calibration_slope_
+    assert stages.heads.blend == every_stage.head_blend_
+    assert stages.probability_map.calibrator is every_stage.probability_calibrator_
+    assert stages.groups.labels is every_stage.groups_
+    assert stages.locus.embeddings is every_stage.embeddings_
+    assert stages.heads.weights is every_stage.head_weights_
+    with pytest.raises(AttributeError, match="embeddings_ is read-only"):
+        every_stage.embeddings_ = every_stage.embeddings_[:1]
     queries = every_stage.evaluation_queries_[:2].tolist()
     plain = LocusRouter(FrozenEstimator(every_stage.embedder_.estimator))
     plain.fit_evaluations([dict(zip(queries, [1.0, 0.0]))], ["m"])
-    scorer = plain._scorer()
-    assert (scorer.calibration, scorer.probability_map, scorer.group_offsets) == (
+    stages = plain.stages_
+    assert (stages.calibration, stages.probability_map, stages.groups) == (
         None,
         None,
         None,
     )
+    assert plain.model_offsets_ is None and plain.groups_ is None
+    assert not hasattr(LocusRouter(), "embeddings_")
+
+
+def _rows(router, index):
+    """Every stage's rows of the model at ``index``, by stage and field."""
+    return {
+        (name, field): rows
+        for name in STAGES
+        if getattr(router.stages_, name) is not None
+        for field, rows in getattr(router.stages_, name).rows_of([index]).items()
+        if rows is not None
+    }
 
 
 def test_stages_fitted_for_new_models_are_those_a_fit_gives_them(pool, every_stage):
@@ -110,24 +124,22 @@ def test_stages_fitted_for_new_models_are_those_a_fit_gives_them(pool, every_sta
     router.add_models(
         [dict(zip(own["query"], own["score"]))], ["again"], None, group_of
     )
-    for before, after in zip(model_rows(every_stage), model_rows(router)):
-        if before is None:
-            continue
-        parts = before if isinstance(before, tuple) else (before,)
-        again = after if isinstance(after, tuple) else (after,)
-        for old, new in zip(parts, again):
-            np.testing.assert_allclose(new[-1], old[3], rtol=1e-4, atol=1e-5)
+    before, after = _rows(every_stage, 3), _rows(router, -1)
+    assert before.keys() == after.keys() and len(before) >= 6
+    for key, rows in before.items():
+        np.testing.assert_allclose(after[key], rows, rtol=1e-4, atol=1e-5)
 
 
 def test_rows_are_written_anew_never_in_place(every_stage):
     router = pickle.loads(pickle.dumps(every_stage))
+    stages = router.stages_
     embeddings, offsets = router.embeddings_, router.model_offsets_
     first = embeddings.copy()
     router.remove_models([router.classes_[0]])
     assert router.embeddings_ is not embeddings
+    assert router.stages_ is not stages and stages.locus.embeddings is embeddings
     np.testing.assert_array_equal(embeddings, first)
     assert len(router.model_offsets_) == len(offsets) - 1
-    assert isinstance(model_rows(router), ModelRows)
 
 
 @pytest.mark.parametrize(
@@ -162,6 +174,7 @@ def test_a_format_6_router_file_loads_with_its_calibration_merged(
     sklocus.save(every_stage, path)
 
     def as_format_6(header):
+        as_format_8(header)
         params = header["estimator"]["params"]
         del params["calibration"]
         params.update(calibrate=True, calibration_method="isotonic")
@@ -182,6 +195,7 @@ def test_a_format_6_file_with_a_numpy_bool_or_odd_settings(every_stage, tmp_path
     sklocus.save(every_stage, path)
 
     def numpy_bool(header):
+        as_format_8(header)
         params = header["estimator"]["params"]
         del params["calibration"]
         params.update(calibrate={"scalar": "calibrate"}, calibration_method="isotonic")
@@ -192,6 +206,7 @@ def test_a_format_6_file_with_a_numpy_bool_or_odd_settings(every_stage, tmp_path
     sklocus.save(every_stage, path)
 
     def odd(header):
+        as_format_8(header)
         params = header["estimator"]["params"]
         del params["calibration"]
         params.update(calibrate="yes", calibration_method="isotonic")

@@ -1,6 +1,7 @@
 """Query groups in the served router: requests name each query's group."""
 
 import copy
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -258,7 +259,9 @@ def test_onboarding_fits_the_new_models_offsets_as_the_library_does(pool):
 
 def test_a_router_with_groups_not_named_by_text_is_refused(pool):
     router = copy.copy(pool[2])
-    router.groups_ = np.array([0, 1, 2, 3, 4], dtype=object)
+    numbered = np.array([0, 1, 2, 3, 4], dtype=object)
+    groups = dataclasses.replace(router.stages_.groups, labels=numbered)
+    router.stages_ = router.stages_.adding(groups=groups)
     with pytest.raises(ValueError, match="query groups must be named with text"):
         RouterService(router)
 

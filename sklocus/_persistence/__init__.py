@@ -47,8 +47,10 @@ _FORMAT = "sklocus-estimator"
 # the parameters calibrate and calibration_method where format 7's have
 # calibration: they are read with that one setting, and nothing else changed.
 # Format 7's routers had no query_clusters and no learnt groups: they are read
-# with query_clusters=None and those attributes None.
-_FORMAT_VERSION = 8
+# with query_clusters=None and those attributes None. Format 8's routers held
+# every fitted attribute in one flat "fitted" node; format 9's hold those of
+# each stage in a "stages" node (the same names, arrays and checks): read alike.
+_FORMAT_VERSION = 9
 _OLDEST_FORMAT = {"LocusRouter": 6}
 _OLDEST_OTHERWISE = 5
 _METADATA_KEY = "sklocus"

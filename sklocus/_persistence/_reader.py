@@ -24,8 +24,8 @@ from sklocus._persistence._schema import (
 )
 from sklocus._persistence._writer import known_classes
 from sklocus._router import LocusRouter
-from sklocus._router._exploration import reset as reset_exploration
-from sklocus._router._scoring import merge_calibration_settings
+from sklocus._router._fitting import gather_stages, merge_calibration_settings
+from sklocus._router._stages import STAGES
 from sklocus.encoders import PrecomputedEncoder
 from sklocus.nn.assembly import locus_network, release_training_state
 from sklocus.nn.network import SIZE_LIMITS, LocusNetwork
@@ -72,7 +72,8 @@ class Reader:
     # -- estimators -------------------------------------------------------------
 
     def estimator(self, node, where):
-        if not isinstance(node, dict) or node.keys() != {"class", "params", "fitted"}:
+        keys = {"class", "params", "fitted"}
+        if not isinstance(node, dict) or not keys <= node.keys() <= {*keys, "stages"}:
             raise self.refuse(f"{where} is not an estimator description")
         name = node["class"]
         cls = CLASSES.get(name) if isinstance(name, str) else None
@@ -84,6 +85,8 @@ class Reader:
         params, fitted = node["params"], node["fitted"]
         if not isinstance(params, dict) or not isinstance(fitted, dict):
             raise self.refuse(f"{where} ({name}) is not a valid description")
+        if "stages" in node:
+            fitted = self.with_stages(cls, fitted, node["stages"], where)
         if cls is LocusRouter and (self.format_version or 0) < 7:
             params = self.merged_calibration(params, where)
         if cls is LocusRouter and (self.format_version or 0) < 8:
@@ -115,6 +118,41 @@ class Reader:
         if fitted:
             self.set_fitted(estimator, fitted, where)
         return estimator
+
+    def with_stages(self, cls, fitted, stages, where):
+        """Return a router's fitted attributes with those of its stages (format 9).
+
+        A stage null is one the router has not fitted: its attributes None.
+        """
+        if cls is not LocusRouter or (self.format_version or 0) < 9:
+            raise self.refuse(
+                f"{where} ({cls.__name__}) has stages, which only a LocusRouter "
+                "of model file format 9 or later has"
+            )
+        if not isinstance(stages, dict) or stages.keys() != STAGES.keys():
+            raise self.refuse(
+                f"{where}.stages must map each of the stages {sorted(STAGES)} to "
+                "its attributes, or null"
+            )
+        flat = dict(fitted)
+        for name, stage in STAGES.items():
+            held = stages[name]
+            held = dict.fromkeys(stage.ATTRIBUTES) if held is None else held
+            if not isinstance(held, dict):
+                raise self.refuse(f"{where}.stages.{name} is not a mapping or null")
+            for attribute in held:
+                if attribute not in stage.ATTRIBUTES:
+                    raise self.refuse(
+                        f"{where}.stages.{name} sets {attribute!r}, which is not "
+                        f"an attribute of the router's {name} stage"
+                    )
+                if attribute in fitted:
+                    raise self.refuse(
+                        f"{where} sets {attribute!r} twice: in fitted and in "
+                        f"stages.{name}"
+                    )
+            flat.update(held)
+        return flat
 
     def merged_calibration(self, params, where):
         """Read a format-6 router's calibrate and calibration_method as calibration."""
@@ -174,6 +212,7 @@ class Reader:
             raise self.refuse(
                 f"{where} ({cls.__name__}) lacks fitted attributes {sorted(missing)}"
             )
+        values = {}
         for name, node in fitted.items():
             kind = expected.get(name, LATER.get(cls, {}).get(name, OPTIONAL.get(name)))
             if kind is None:
@@ -188,15 +227,15 @@ class Reader:
                     f"{where}.{name} is a {_shown_type(value)}; expected "
                     f"{describe(kind)}"
                 )
-            vars(estimator)[name] = value
+            values[name] = value
+        if isinstance(estimator, LocusRouter):
+            # Those of format 7 lack some, read as None.
+            gather_stages(values, estimator.random_state)
+        vars(estimator).update(values)
         if isinstance(estimator, LocusEmbedder):
             # Inference runs where the network is (the CPU when saved on a GPU
             # and loaded where none is).
             estimator.device_ = str(estimator.net_.device)
-        if isinstance(estimator, LocusRouter):
-            for name in LATER[LocusRouter].keys() - fitted.keys():
-                vars(estimator)[name] = None  # a router of format 7
-            reset_exploration(estimator)
         problem = inconsistency(estimator)
         if problem:
             raise self.refuse(f"{where} does not fit together: {problem}")

@@ -12,7 +12,7 @@ from sklocus._embedder import LocusEmbedder
 from sklocus._kept_evaluations import KeptEvaluations
 from sklocus._kept_evaluations import inconsistency as kept_inconsistency
 from sklocus._router import LocusRouter, check_cost
-from sklocus._router._scoring import CALIBRATIONS
+from sklocus._router._fitting import CALIBRATIONS
 from sklocus._selection import (
     CoverageGreedySelector,
     KCenterSelector,

@@ -12,6 +12,8 @@ from skorch import NeuralNet
 from skorch.history import History
 
 from sklocus._persistence._schema import CLASSES, FITTED, LATER, OPTIONAL
+from sklocus._router import LocusRouter
+from sklocus._router._stages import STAGES
 
 # Array dtypes a safetensors file stores exactly.
 _STORABLE = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
@@ -60,9 +62,11 @@ class Writer:
                     "Use joblib for files you trust."
                 )
         params = estimator.get_params(deep=False)
+        # A router's fitted attributes are read from its stages.
+        state = getattr(estimator, "_fitted_state", lambda: vars(estimator))()
         fitted = {
             name: value
-            for name, value in vars(estimator).items()
+            for name, value in state.items()
             if name.endswith("_") and not name.startswith("_") and name not in params
         }
         for name in fitted:
@@ -74,7 +78,7 @@ class Writer:
                     f"{where}.{name} is not a fitted attribute a {cls.__name__} model "
                     "file stores"
                 )
-        return {
+        node = {
             "class": cls.__name__,
             "params": {
                 name: self.attribute(value, f"{where}.{name}")
@@ -85,6 +89,9 @@ class Writer:
                 for name, value in fitted.items()
             },
         }
+        if cls is LocusRouter and fitted:
+            node["stages"] = _stage_nodes(node["fitted"])
+        return node
 
     def attribute(self, value, where):
         """Describe a parameter or fitted attribute: a value, an estimator or a net."""
@@ -224,3 +231,15 @@ def _plain(value):
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value.item() if isinstance(value, np.generic) else value
+
+
+def _stage_nodes(fitted):
+    """Move a router's stages' attributes out of ``fitted``: one node per stage.
+
+    A stage the router has not fitted (its attributes all None) is null.
+    """
+    stages = {}
+    for name, stage in STAGES.items():
+        held = {public: fitted.pop(public) for public in stage.ATTRIBUTES}
+        stages[name] = None if all(v is None for v in held.values()) else held
+    return stages

@@ -4,43 +4,43 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
 
-from sklocus._groups import check_query_groups
 from sklocus._kept_evaluations import keep
 from sklocus._router._editing import PoolEditingMixin
 from sklocus._router._exploration import check_exploration
-from sklocus._router._exploration import reset as reset_exploration
-from sklocus._router._heads import heads_wanted
-from sklocus._router._locus import Locus, fitted_embedder
-from sklocus._router._policy import call_policy, ranking
-from sklocus._router._rows import model_rows
-from sklocus._router._score import RoutingScoreMixin
-from sklocus._router._scoring import (
+from sklocus._router._fitting import (
     CALIBRATIONS,
     fit_stages,
-    fitted_scorer,
     table_needed,
     upgraded_state,
 )
+from sklocus._router._heads import heads_wanted
+from sklocus._router._learning import LearningMixin
+from sklocus._router._routes import RoutesMixin
+from sklocus._router._score import RoutingScoreMixin
+from sklocus._router._stages import StageAttributesMixin
 from sklocus._router._substitutes import SubstitutesMixin
 from sklocus._router._tables import (
     check_cost,
     dense_table,
     pool_of_sets,
     pool_of_table,
-    selected,
 )
 from sklocus._routing import check_policy, policy_constraint
-from sklocus._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
-from sklocus._validation import check_count
+from sklocus._sklearn_compat import (
+    HasMethods,
+    Interval,
+    StrOptions,
+    _fit_context,
+)
 from sklocus._versioning import VersionStampMixin
-from sklocus.encoders import as_query_list
 
 
 class LocusRouter(
+    StageAttributesMixin,
+    RoutesMixin,
+    LearningMixin,
     PoolEditingMixin,
     SubstitutesMixin,
     RoutingScoreMixin,
@@ -133,6 +133,12 @@ class LocusRouter(
     ----------
     classes_ : ndarray of shape (n_models,)
         The models: Y's column names, or 0..n_models-1 for an array Y.
+    stages_ : object
+        What ``fit`` learnt, stage by stage (``locus``, ``calibration``,
+        ``heads``, ``probability_map``, ``groups``, ``policy``, each None
+        where not fitted), every stage a frozen object that the pool's changes
+        replace whole. The attributes below, but the kept evaluations, read
+        from it and are read-only.
     embedder_ : LocusEmbedder or FrozenEstimator
         The fitted embedder.
     embeddings_ : ndarray of shape (n_models, embedding_dim), float32
@@ -254,8 +260,6 @@ class LocusRouter(
     def __setstate__(self, state):
         # A pickle of an older router gets the settings it was fitted with.
         super().__setstate__(upgraded_state(dict(state)))
-        if "embeddings_" in state and "_exploration_rng" not in state:
-            reset_exploration(self)  # pickled before fit made it
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -347,197 +351,12 @@ class LocusRouter(
         )
         heads_on = heads_wanted(self, len(names))  # refuses heads without a LOCUS
         check_exploration(self)
-        self.embedder_ = fitted_embedder(self.embedder, evaluation_sets)
-        locus = Locus(self.embedder_, self.refine_steps)
-        self.embeddings_ = locus.embed(evaluation_sets)
-        reset_exploration(self)
-        self._set_kept(keep(evaluation_sets))
+        kept = keep(evaluation_sets)
+        stages = fit_stages(
+            self, evaluation_sets, table, query_groups, cost, kept, heads_on
+        )
+        # Set together, once every stage is fitted.
+        self._set_kept(kept)
         self.classes_ = names
-        self.cost_ = cost
-        fit_stages(self, locus, evaluation_sets, table, query_groups, heads_on)
+        self.stages_ = stages
         return self
-
-    _scorer = fitted_scorer  # the fitted router's stages, a Scorer
-
-    def _chunks(self, X, query_groups=None, explore=False):
-        """Yield ``(start, probabilities, routed)`` for chunks of the queries.
-
-        ``routed`` are the probabilities to route by: ``probabilities``
-        themselves unless ``explore`` and the router explores.
-        """
-        queries = as_query_list(X)
-        if query_groups is not None:
-            query_groups = check_query_groups(query_groups, len(queries))
-        explore = explore and getattr(self, "exploration", None) is not None
-        if explore:
-            check_exploration(self)
-        yield from self._scorer().chunks(
-            model_rows(self), queries, query_groups, explore
-        )
-
-    def predict_correctness(self, X, query_groups=None):
-        """Probability that each model answers each query correctly.
-
-        Parameters
-        ----------
-        X : sequence of length n_queries
-            Queries.
-        query_groups : array-like of shape (n_queries,), default=None
-            The queries' groups, when the router was fitted with
-            ``query_groups``: each model's offset for a query's group is added
-            to the logit of its probability. Groups not seen in ``fit``, and
-            None, get no offset. When this is None, groups (or clusters) learnt
-            at ``fit`` are told from the queries' encodings.
-
-        Returns
-        -------
-        ndarray of shape (n_queries, n_models), float32
-            Columns in the order of ``classes_``.
-        """
-        check_is_fitted(self, "embeddings_")
-        queries = as_query_list(X)
-        out = np.empty((len(queries), len(self.classes_)), dtype=np.float32)
-        for start, probabilities, _ in self._chunks(queries, query_groups):
-            out[start : start + len(probabilities)] = probabilities
-        return out
-
-    def predict(
-        self,
-        X,
-        exclude=None,
-        query_groups=None,
-        *,
-        cost_weight=None,
-        min_probability=None,
-        budget=None,
-        explore=True,
-    ):
-        """Choose a model for each query.
-
-        Parameters
-        ----------
-        X : sequence of length n_queries
-            Queries.
-        exclude : sequence of model names, default=None
-            Models that are unavailable; each query goes to the best of the others.
-        query_groups : array-like of shape (n_queries,), default=None
-            The queries' groups (see :meth:`predict_correctness`).
-        cost_weight, min_probability, budget : float, default=None
-            The policy of this call only (see :meth:`rank_models`).
-        explore : bool, default=True
-            Route as the router's ``exploration`` says; False routes by the best
-            guesses (see :meth:`rank_models`).
-
-        Returns
-        -------
-        ndarray of shape (n_queries,)
-            The chosen model of each query (an entry of ``classes_``). Ties, models
-            whose utilities lie within 1e-6 of the best, go to the one listed first
-            in ``classes_``.
-        """
-        models, _ = self.rank_models(
-            X,
-            k=1,
-            exclude=exclude,
-            cost_weight=cost_weight,
-            min_probability=min_probability,
-            budget=budget,
-            query_groups=query_groups,
-            explore=explore,
-        )
-        return models[:, 0]
-
-    def rank_models(
-        self,
-        X,
-        k=3,
-        exclude=None,
-        *,
-        cost_weight=None,
-        min_probability=None,
-        budget=None,
-        query_groups=None,
-        explore=True,
-    ):
-        """List the ``k`` best models for each query, best first, with probabilities.
-
-        Models are ranked as :meth:`predict` chooses them, so the first is
-        ``predict``'s choice: by probability of a correct answer less the weighted
-        cost; or, with ``min_probability``, the models that reach it by cost (then
-        probability) above the others by probability.
-
-        Parameters
-        ----------
-        X : sequence of length n_queries
-            Queries.
-        k : int, default=3
-            Models to list per query; at most the number of models not excluded.
-        exclude : sequence of model names, default=None
-            Models that are unavailable; they are never listed.
-        cost_weight : float, default=None
-            The weight of cost for this call only, in place of the router's policy;
-            ``None`` keeps the router's. A served router takes it per request this
-            way, without changing the shared estimator.
-        min_probability : float in [0, 1], default=None
-            A threshold for this call only, in place of the router's policy (see
-            the router's ``min_probability``).
-        budget : float, default=None
-            A mean cost per query for this call only, in place of the router's
-            policy: the weight of cost is chosen from ``budget_curve_``, so the
-            router must have been fitted with a ``budget``. One of
-            ``cost_weight``, ``min_probability`` and ``budget`` per call.
-        query_groups : array-like of shape (n_queries,), default=None
-            The queries' groups (see :meth:`predict_correctness`).
-        explore : bool, default=True
-            With the router's ``exploration``, rank by its draws (or upper
-            bounds) of the probabilities, not by their best guesses; the
-            probabilities returned are the best guesses all the same. Without
-            ``exploration`` this changes nothing.
-
-        Returns
-        -------
-        models : ndarray of shape (n_queries, k)
-            Entries of ``classes_``, best first.
-        probabilities : ndarray of shape (n_queries, k), float32
-            Probability that each listed model answers the query correctly.
-
-        Examples
-        --------
-        >>> import pandas as pd
-        >>> from sklearn.frozen import FrozenEstimator
-        >>> from sklocus import LocusEmbedder, LocusRouter
-        >>> from sklocus.datasets import make_evaluations
-        >>> from sklocus.evaluations import to_matrix
-        >>> data = make_evaluations(n_models=6, n_queries=80, evals_per_model=None,
-        ...                         random_state=0)
-        >>> scores, queries = to_matrix(data.evaluation_sets)
-        >>> embedder = LocusEmbedder(query_encoder=data.encoder, embedding_dim=16,
-        ...                          n_latents=4, max_epochs=1, epoch_size=128,
-        ...                          random_state=0).fit(data.evaluation_sets)
-        >>> Y = pd.DataFrame(scores, columns=data.model_names)
-        >>> router = LocusRouter(FrozenEstimator(embedder)).fit(queries, Y)
-        >>> models, probabilities = router.rank_models(queries[:2], k=2)
-        >>> models.shape, probabilities.shape
-        ((2, 2), (2, 2))
-        """
-        check_is_fitted(self, "embeddings_")
-        cost_weight, min_probability = call_policy(
-            self, cost_weight, min_probability, budget
-        )
-        excluded = selected(self.classes_, exclude, "exclude")
-        available = int((~excluded).sum())
-        check_count(k, "k")
-        if k > available:
-            raise ValueError(
-                f"k={k} is more than the {available} models available to route to"
-            )
-        queries = as_query_list(X)
-        ranked = np.empty((len(queries), k), dtype=np.int64)
-        probabilities = np.empty((len(queries), k), dtype=np.float32)
-        for start, chunk, routed in self._chunks(queries, query_groups, explore):
-            rows = slice(start, start + len(chunk))
-            ranked[rows] = ranking(
-                routed, excluded, self.cost_, cost_weight, min_probability, k
-            )
-            probabilities[rows] = np.take_along_axis(chunk, ranked[rows], axis=1)
-        return self.classes_[ranked], probabilities

@@ -10,13 +10,15 @@ best guesses; only the routes move.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from sklearn.utils import check_random_state
 
 from sklocus._groups import logits
 from sklocus._router._locus import locus_given
-from sklocus._sklearn_compat import validate_parameter_constraints
+from sklocus._router._stage import Stage, placed
 from sklocus.nn.uncertainty import logit_stds, posterior_factors
 
 
@@ -32,93 +34,95 @@ def check_exploration(router):
         )
 
 
-def reset(router):
-    """Start a router's exploration afresh: no factors, draws seeded anew.
+class _Factors:
+    """The pool's Laplace factors once computed: a cache, shared by copies."""
 
-    At ``fit``, and when a router is loaded or unpickled: its copies (a served
-    router's snapshots) then share one random state, and draw on from it.
-    """
-    router._exploration_cache = None
-    router._exploration_rng = check_random_state(router.random_state)
+    def __init__(self, factors=None):
+        self.factors = factors
 
 
-class Exploration:
-    """A fitted router's exploration: its moves, draws and cached factors.
+@dataclasses.dataclass(frozen=True, eq=False)
+class Exploration(Stage):
+    """A fitted router's exploration: the random state of its draws, its factors.
 
-    A view of the router: the factors (``_exploration_cache``, with the
-    embeddings they are of) and the random state of the draws
-    (``_exploration_rng``) are the router's, shared with its copies, so that a
-    served router's snapshots draw on, not afresh.
+    Nothing of it is fitted or saved: the random state is made at ``fit``,
+    load and unpickling (:meth:`start`), and the router's copies share it, so
+    that a served router's snapshots draw on, not afresh; each model's Laplace
+    factors are computed on the first route that explores, and kept.
 
     Parameters
     ----------
-    router : LocusRouter
-    locus : Locus
-        LOCUS's predictions through the router's embedder.
+    rng : numpy.random.RandomState
+        ``"thompson"``'s draws.
+    cache : _Factors
     """
 
-    def __init__(self, router, locus):
-        self.router = router
-        self.locus = locus
+    rng: np.random.RandomState
+    cache: _Factors = dataclasses.field(default_factory=_Factors)
 
-    def move(self, probabilities, vectors):
+    @classmethod
+    def start(cls, random_state):
+        """Return a fresh exploration: draws seeded by the router's ``random_state``."""
+        return cls(check_random_state(random_state))
+
+    def with_rows(self, indices, rows):
+        factors = rows.get("factors")
+        if self.cache.factors is None or factors is None:
+            return Exploration(self.rng)  # computed again when next needed
+        factors = placed(self.cache.factors, factors, indices)
+        return Exploration(self.rng, _Factors(factors))
+
+    def without_rows(self, kept):
+        if self.cache.factors is None:
+            return Exploration(self.rng)
+        return Exploration(
+            self.rng, _Factors(self.cache.factors[torch.as_tensor(kept)])
+        )
+
+    def cached(self):
+        """Whether the pool's factors are computed (and so kept up to date)."""
+        return self.cache.factors is not None
+
+    def move(self, probabilities, vectors, locus, pool_sets, mode, strength):
         """Move the pool's LOCUS probabilities as ``exploration`` says.
 
-        The settings are checked here, at use, as ``fit`` checks them: one
-        changed by ``set_params`` after the fit would otherwise route silently.
+        ``locus`` holds the pool's embeddings; ``pool_sets()`` gives the sets
+        they were refined on (for the factors, when not yet computed);
+        ``mode`` and ``strength`` are the router's ``exploration`` and
+        ``exploration_strength``.
         """
-        router, inner = self.router, self.locus.inner
-        names = ("exploration", "exploration_strength")
-        validate_parameter_constraints(
-            {name: router._parameter_constraints[name] for name in names},
-            {name: getattr(router, name) for name in names},
-            caller_name=type(router).__name__,
-        )
+        inner = locus.inner
         predictor = inner.net_.module_.predictor
         with torch.no_grad():
             projected = predictor.project_query(
                 torch.as_tensor(vectors, device=inner.device_)
             )
             z = torch.as_tensor(
-                router.embeddings_ * np.float32(inner.embedding_scale_),
+                locus.embeddings * np.float32(inner.embedding_scale_),
                 device=inner.device_,
             )
-        stds = logit_stds(predictor, z, self.factors(), projected)
-        moves = router.exploration_strength * stds.cpu().numpy().astype(np.float64)
-        if router.exploration == "thompson":
-            moves = moves * self.draws().standard_normal(moves.shape)
+        stds = logit_stds(predictor, z, self.factors(locus, pool_sets), projected)
+        moves = strength * stds.cpu().numpy().astype(np.float64)
+        if mode == "thompson":
+            moves = moves * self.rng.standard_normal(moves.shape)
         found = logits(probabilities) + moves
         return (1.0 / (1.0 + np.exp(-found))).astype(np.float32)
 
-    def draws(self):
-        """Return the random state of ``"thompson"``'s draws (see :func:`reset`)."""
-        return self.router._exploration_rng
+    def factors(self, locus, pool_sets):
+        """Each model's Laplace factors, computed on first use and kept.
 
-    def cached(self):
-        """Whether the pool's exploration factors are computed and current."""
-        router = self.router
-        cache = getattr(router, "_exploration_cache", None)
-        return (
-            getattr(router, "exploration", None) is not None
-            and cache is not None
-            and cache[0] is router.embeddings_
-        )
-
-    def factors(self):
-        """Each model's :func:`~sklocus.nn.uncertainty.posterior_factors`, cached."""
-        router = self.router
-        cache = getattr(router, "_exploration_cache", None)
-        if not self.cached():
-            models = np.arange(len(router.classes_))
-            factors = self.posterior_factors(
-                router.embeddings_, router._kept().ragged(models)[0]
+        ``locus`` holds the pool's embeddings, ``pool_sets()`` gives the sets
+        they were refined on.
+        """
+        if self.cache.factors is None:
+            self.cache.factors = self.posterior_factors(
+                locus, locus.embeddings, pool_sets()
             )
-            cache = router._exploration_cache = (router.embeddings_, factors)
-        return cache[1]
+        return self.cache.factors
 
-    def posterior_factors(self, embeddings, ragged):
+    def posterior_factors(self, locus, embeddings, ragged):
         """Laplace covariance factors of ``embeddings``, refined on ``ragged``."""
-        inner = self.locus.inner
+        inner = locus.inner
         predictor = inner.net_.module_.predictor
         used, codes = np.unique(ragged.query_codes, return_inverse=True)
         vectors = inner._encode([ragged.queries[i] for i in used.tolist()])

@@ -8,14 +8,14 @@ held-out halves (the model is in :mod:`sklocus._query_heads`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from sklocus._embedder import _SMALL_POOL
 from sklocus._query_heads import apply_heads, fit_heads
 from sklocus._router._locus import locus_given, sorted_order
-
-# The router's fitted attributes of this stage: per model, then pool-wide.
-ATTRIBUTES = ("head_weights_", "head_biases_", "head_blends_", "head_blend_")
+from sklocus._router._stage import Stage
 
 
 def heads_wanted(router, n_models):
@@ -36,7 +36,7 @@ def heads_wanted(router, n_models):
     return wanted and usable
 
 
-def unseen_logits(scorer, queries, scores, vectors, model_offsets):
+def unseen_logits(stages, queries, scores, vectors, model_offsets):
     """LOCUS's logits on the queries its network never trained on, or None.
 
     Returns ``(unseen, logits)``: which of ``queries`` are the embedder's
@@ -44,7 +44,7 @@ def unseen_logits(scorer, queries, scores, vectors, model_offsets):
     of its other evaluations (NaN elsewhere, and for a model with no other
     evaluation); None when the embedder has none of them.
     """
-    locus = scorer.locus
+    locus = stages.locus
     held_out = set(getattr(locus.inner, "validation_queries_", None) or ())
     unseen = np.array([query in held_out for query in queries], dtype=bool)
     if not unseen.any():
@@ -60,62 +60,72 @@ def unseen_logits(scorer, queries, scores, vectors, model_offsets):
     rows = np.flatnonzero(unseen)
     found = np.full(scores.shape, np.nan)
     offsets = None if model_offsets is None else model_offsets[embedded]
-    found[np.ix_(rows, np.flatnonzero(embedded))] = scorer.locus_logits(
-        locus.embed([s for s in sets if s], report=False), offsets, vectors[rows]
+    others = stages.for_models(
+        locus.embed([s for s in sets if s], report=False), offsets
     )
+    found[np.ix_(rows, np.flatnonzero(embedded))] = others.locus_logits(vectors[rows])
     return unseen, found
 
 
-class QueryHeads:
-    """Each model's head (``head_weights_``, ``head_biases_``, ``head_blends_``).
+@dataclasses.dataclass(frozen=True, eq=False)
+class QueryHeads(Stage):
+    """Each model's logistic regression on the encodings, blended with LOCUS.
 
     Parameters
     ----------
     blend : float
         The pool's weight of the heads against LOCUS (``head_blend_``).
+    weights, biases, blends : ndarray, float32, or None
+        Each model's head and blend (``head_weights_``, ``head_biases_``,
+        ``head_blends_``): ``(n_models, query_dim)``, ``(n_models,)``,
+        ``(n_models,)``.
     """
 
-    def __init__(self, blend):
-        self.blend = blend
+    blend: float
+    weights: np.ndarray | None = None
+    biases: np.ndarray | None = None
+    blends: np.ndarray | None = None
+
+    ATTRIBUTES = {
+        "head_weights_": "weights",
+        "head_biases_": "biases",
+        "head_blends_": "blends",
+        "head_blend_": "blend",
+    }
+    ROWS = ("weights", "biases", "blends")
 
     @classmethod
-    def of(cls, router):
-        """Return the stage a fitted router holds, or None."""
-        if getattr(router, "head_weights_", None) is None:
-            return None
-        return cls(router.head_blend_)
+    def fit(cls, stages, queries, scores):
+        """Fit the pool's heads and blend on the stages before (``stages``).
 
-    @classmethod
-    def fit(cls, scorer, embeddings, model_offsets, queries, scores):
-        """Fit the pool's heads and blend on the stages before (``scorer``).
-
-        Returns the stage, the heads ``(weights, biases, blends)`` and each
-        head's out-of-fold logit of each evaluation (NaN where none).
+        Returns the stage and each head's out-of-fold logit of each evaluation
+        (NaN where none).
         """
+        locus, calibration = stages.locus, stages.calibration
+        offsets = None if calibration is None else calibration.offsets
         *heads, held_out, blend = _fit(
-            scorer, embeddings, model_offsets, queries, scores, None
+            stages, locus.embeddings, offsets, queries, scores, None
         )
-        return cls(blend), tuple(heads), held_out
+        return cls(blend, *heads), held_out
 
-    def fit_models(self, scorer, embeddings, model_offsets, queries, scores):
-        """Heads ``(weights, biases, blends)`` of models under the pool's blend."""
-        return _fit(scorer, embeddings, model_offsets, queries, scores, self.blend)[:3]
+    def fit_rows(self, stages, embeddings, model_offsets, queries, scores):
+        """Heads of models under the pool's blend (field to rows)."""
+        heads = _fit(stages, embeddings, model_offsets, queries, scores, self.blend)
+        return dict(zip(self.ROWS, heads[:3]))
 
-    def write(self, router, heads):
-        router.head_weights_, router.head_biases_, router.head_blends_ = heads
-        router.head_blend_ = self.blend
-
-    def transform(self, probabilities, rows, vectors):
-        """LOCUS's probabilities blended with the heads of ``rows``."""
-        if rows.heads is None:
+    def transform(self, probabilities, vectors):
+        """LOCUS's probabilities blended with the models' heads."""
+        if self.weights is None:
             return probabilities
-        return apply_heads(probabilities, vectors, *rows.heads)
+        return apply_heads(
+            probabilities, vectors, self.weights, self.biases, self.blends
+        )
 
 
-def _fit(scorer, embeddings, model_offsets, queries, scores, blend):
+def _fit(stages, embeddings, model_offsets, queries, scores, blend):
     """:func:`~sklocus._query_heads.fit_heads` on the pool's encodings and logits."""
-    vectors = scorer.locus.encode(queries)
-    locus = scorer.locus_logits(embeddings, model_offsets, vectors)
+    vectors = stages.locus.encode(queries)
+    locus = stages.for_models(embeddings, model_offsets).locus_logits(vectors)
     order = np.array(sorted_order(queries), dtype=int)
     observed = ~np.isnan(scores)
 
@@ -124,5 +134,5 @@ def _fit(scorer, embeddings, model_offsets, queries, scores, blend):
 
     blend_on = None
     if blend is None:
-        blend_on = unseen_logits(scorer, queries, scores, vectors, model_offsets)
+        blend_on = unseen_logits(stages, queries, scores, vectors, model_offsets)
     return fit_heads(vectors, scores, locus, rows_of, blend, blend_on)

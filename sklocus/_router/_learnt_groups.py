@@ -37,20 +37,6 @@ _CLASSIFIER_C = 10.0
 _NEVER = -1e30
 
 
-def clustered(router):
-    """Whether a router's groups are clusters of its queries (its own)."""
-    return getattr(router, "group_source_", None) == "clusters"
-
-
-def named_groups(router):
-    """Return the groups a caller may give queries (``groups_``), or None.
-
-    None also for a router whose groups are clusters: they are its own, and it
-    assigns every query one itself.
-    """
-    return None if clustered(router) else router.groups_
-
-
 class LearntGroups:
     """Linear scores of the encodings, one per group, and how they weigh groups.
 
@@ -67,14 +53,6 @@ class LearntGroups:
         self.weights = weights
         self.biases = biases
         self.soft = soft
-
-    @classmethod
-    def of(cls, router):
-        """Return the stage a fitted router holds, or None."""
-        if getattr(router, "group_weights_", None) is None:
-            return None
-        soft = router.group_source_ == "labels"
-        return cls(router.group_weights_, router.group_biases_, soft)
 
     @classmethod
     def from_labels(cls, vectors, codes, n_groups):
@@ -129,10 +107,6 @@ class LearntGroups:
         scores -= scores.max(axis=1, keepdims=True)
         out = np.exp(scores)
         return out / out.sum(axis=1, keepdims=True)
-
-    def write(self, router, source):
-        router.group_weights_, router.group_biases_ = self.weights, self.biases
-        router.group_source_ = source
 
 
 def shifted(probabilities, memberships, offsets):

@@ -10,6 +10,7 @@ each model embedded from each half of its evaluations, and each model's level.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ from sklearn.base import clone
 from sklocus._calibration import held_out_pairs, in_both_halves, split_halves
 from sklocus._embedder import LocusEmbedder
 from sklocus._groups import logits
+from sklocus._router._stage import Stage
 from sklocus._router._tables import is_fitted
 from sklocus.evaluations import query_sort_key
 
@@ -66,23 +68,42 @@ def fitted_embedder(embedder, evaluation_sets):
     return clone(embedder).fit(evaluation_sets, None)
 
 
-class Locus:
-    """LOCUS's predictions through a router's fitted embedder.
+@dataclasses.dataclass(frozen=True, eq=False)
+class Locus(Stage):
+    """LOCUS through a router's fitted embedder: the embeddings and their predictions.
 
     Parameters
     ----------
     embedder : LocusEmbedder or FrozenEstimator or other fitted embedder
         The router's ``embedder_``.
+    embeddings : ndarray of shape (n_models, embedding_dim), float32, or None
+        The router's ``embeddings_``, one row per model.
     refine_steps : int or None
-        The router's ``refine_steps``: used in place of a LocusEmbedder's own.
+        The router's ``refine_steps`` at the time of use, in place of a
+        LocusEmbedder's own (a setting, not fitted).
     """
 
-    def __init__(self, embedder, refine_steps):
-        self.embedder = embedder
-        self.refine_steps = refine_steps
-        # The LocusEmbedder whose network and query encoder the stages reach
-        # into, or None for another embedder.
-        self.inner = inner_locus(embedder)
+    embedder: object
+    embeddings: np.ndarray | None = None
+    refine_steps: int | None = None
+
+    ATTRIBUTES = {"embedder_": "embedder", "embeddings_": "embeddings"}
+    ROWS = ("embeddings",)
+
+    @classmethod
+    def fit(cls, embedder, evaluation_sets, refine_steps):
+        """Fit the router's ``embedder`` (:func:`fitted_embedder`), embed the pool."""
+        fitted = fitted_embedder(embedder, evaluation_sets)
+        embeddings = cls(fitted, refine_steps=refine_steps).embed(evaluation_sets)
+        return cls(fitted, embeddings, refine_steps)
+
+    @property
+    def inner(self):
+        """The LocusEmbedder whose network and query encoder the stages reach into.
+
+        None for another embedder.
+        """
+        return inner_locus(self.embedder)
 
     def embed(self, evaluation_sets, report=True):
         """Embeddings of models, refined as ``refine_steps`` says, float32.

@@ -9,12 +9,13 @@ hold unless a call gives its own.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
 
 from sklocus._budget import held_out_curve, weight_within
-from sklocus._router._rows import ModelRows
+from sklocus._router._stage import Stage
 from sklocus._routing import (
     best_models,
     check_policy,
@@ -24,30 +25,85 @@ from sklocus._routing import (
 from sklocus.evaluations import check_evaluation_sets, to_matrix
 
 
-def call_policy(router, cost_weight, min_probability, budget=None):
-    """Return the routing policy of a call: ``(cost_weight, min_probability)``.
+@dataclasses.dataclass(frozen=True, eq=False)
+class Policy(Stage):
+    """What routes weigh besides the probabilities: costs, and a budget's choice.
 
-    A call's own setting replaces the router's policy; unset, the router's
-    holds. A budget routes by the weight it chooses from ``budget_curve_``.
-    Checked by :func:`~sklocus._routing.check_policy`.
+    Parameters
+    ----------
+    cost : ndarray of shape (n_models,) or None
+        ``cost_``: each model's cost, as given (not fitted).
+    budget_curve : ndarray of shape (3, n_weights) or None
+        ``budget_curve_``: with ``budget``, the weights of cost tried and the
+        held-out mean cost and quality of each.
+    budget_cost_weight : float or None
+        ``budget_cost_weight_``: the weight within the router's budget.
     """
-    given = check_policy(
-        cost_weight,
-        min_probability,
-        budget,
-        has_costs=router.cost_ is not None,
-        has_budget_curve=router.budget_curve_ is not None,
-    )
-    if "budget" in given:
-        weight, _ = weight_within(router.budget_curve_, budget)
-        return weight, None
-    if "cost_weight" in given:
-        return cost_weight, None
-    if "min_probability" in given:
-        return 0, min_probability
-    if router.budget_cost_weight_ is not None:
-        return router.budget_cost_weight_, None
-    return router.cost_weight, router.min_probability
+
+    cost: np.ndarray | None = None
+    budget_curve: np.ndarray | None = None
+    budget_cost_weight: float | None = None
+
+    ATTRIBUTES = {
+        "cost_": "cost",
+        "budget_curve_": "budget_curve",
+        "budget_cost_weight_": "budget_cost_weight",
+    }
+    ROWS = ("cost",)
+
+    @classmethod
+    def fit(cls, stages, evaluation_sets, cost, budget, kept_queries):
+        """Fit the policy of a router of ``cost`` (or None), within ``budget`` if given.
+
+        ``stages`` are the router's other stages as fitted; ``kept_queries``
+        its kept evaluations' queries.
+        """
+        if budget is None:
+            return cls(cost)
+        curve = _held_out_budget_curve(stages, evaluation_sets, cost, kept_queries)
+        weight, met = weight_within(curve, budget)
+        if not met:
+            warnings.warn(
+                f"no weight of cost kept the mean cost per query within "
+                f"budget={budget!r} on held-out evaluations (the least was "
+                f"{curve[1].min():.6g}); the router routes by the weight of that "
+                f"least cost, {weight:g}",
+                UserWarning,
+                stacklevel=5,
+            )
+        return cls(cost, curve, weight)
+
+    @classmethod
+    def from_arrays(cls, values):
+        # Every router has a policy, with or without costs.
+        fields = cls.ATTRIBUTES.items()
+        return cls(**{name: values.get(public) for public, name in fields})
+
+    def call(self, cost_weight, min_probability, budget, settings):
+        """Return the routing policy of a call: ``(cost_weight, min_probability)``.
+
+        A call's own setting replaces the router's policy; unset, the router's
+        holds (``settings``: its ``cost_weight`` and ``min_probability``). A
+        budget routes by the weight it chooses from ``budget_curve``. Checked
+        by :func:`~sklocus._routing.check_policy`.
+        """
+        given = check_policy(
+            cost_weight,
+            min_probability,
+            budget,
+            has_costs=self.cost is not None,
+            has_budget_curve=self.budget_curve is not None,
+        )
+        if "budget" in given:
+            weight, _ = weight_within(self.budget_curve, budget)
+            return weight, None
+        if "cost_weight" in given:
+            return cost_weight, None
+        if "min_probability" in given:
+            return 0, min_probability
+        if self.budget_cost_weight is not None:
+            return self.budget_cost_weight, None
+        return settings
 
 
 def utilities(probabilities, cost, cost_weight, min_probability=None):
@@ -76,21 +132,22 @@ def ranking(probabilities, excluded, cost, cost_weight, min_probability, k):
     return np.argsort(-utility, axis=1, kind="stable")[:, :k]
 
 
-def fit_budget(router, scorer, evaluation_sets, cost):
-    """Set ``budget_curve_`` and ``budget_cost_weight_``, as ``budget`` says.
+def _held_out_budget_curve(stages, evaluation_sets, cost, kept_queries):
+    """:func:`~sklocus._budget.held_out_curve` of the router's stages.
 
-    ``scorer`` holds the router's stages as fitted; the heads and group
-    offsets, like the embeddings, are fitted again on the half each model is
-    embedded from.
+    The heads and group offsets, like the embeddings, are fitted again on the
+    half each model is embedded from.
     """
+    groups = stages.groups
     group_of = None
-    if scorer.learnt_groups is not None:
-        codes = router.evaluation_groups_.tolist()
+    if groups is not None and groups.learnt is not None:
         group_of = {
-            query: router.groups_[code]
-            for query, code in zip(router.evaluation_queries_.tolist(), codes)
+            query: groups.labels[code]
+            for query, code in zip(kept_queries.tolist(), groups.query_codes.tolist())
             if code >= 0
         }
+    calibration = stages.calibration
+    model_offsets = None if calibration is None else calibration.offsets
 
     def probabilities(embeddings, queries, seen):
         # Query heads, like the embeddings, from the seen half alone (under
@@ -98,35 +155,24 @@ def fit_budget(router, scorer, evaluation_sets, cost):
         # queries they are scored on.
         heads = None
         scores, seen_queries = to_matrix(seen)
-        if scorer.heads is not None:
-            heads = scorer.heads.fit_models(
-                scorer, embeddings, router.model_offsets_, seen_queries, scores
+        if stages.heads is not None:
+            heads = stages.heads.fit_rows(
+                stages, embeddings, model_offsets, seen_queries, scores
             )
-        rows = ModelRows(embeddings, router.model_offsets_, heads)
+        others = stages.for_models(embeddings, model_offsets, heads)
         if group_of is not None:
             # So are the group offsets, each seen query in its group, and
             # the held-out queries take the groups their text tells.
-            offsets = scorer.group_offsets.fit_models(
-                scorer, rows, seen_queries, scores, group_of
+            offsets = groups.fit_rows(others, seen_queries, scores, group_of)
+            others = stages.for_models(
+                embeddings, model_offsets, heads, offsets["offsets"]
             )
-            rows = rows._replace(group_offsets=offsets)
-        found = [p for _, p, _ in scorer.chunks(rows, queries)]
-        return np.concatenate(found)
+        return np.concatenate([p for _, p, _ in others.chunks(queries)])
 
-    router.budget_curve_ = held_out_curve(
+    return held_out_curve(
         check_evaluation_sets(evaluation_sets),
-        router.embeddings_,
-        scorer.locus.embed,
+        stages.locus.embeddings,
+        stages.locus.embed,
         probabilities,
         cost,
     )
-    router.budget_cost_weight_, met = weight_within(router.budget_curve_, router.budget)
-    if not met:
-        warnings.warn(
-            f"no weight of cost kept the mean cost per query within "
-            f"budget={router.budget!r} on held-out evaluations (the least was "
-            f"{router.budget_curve_[1].min():.6g}); the router routes by the "
-            f"weight of that least cost, {router.budget_cost_weight_:g}",
-            UserWarning,
-            stacklevel=5,
-        )

@@ -9,45 +9,49 @@ the other stages.
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from sklocus._calibration import apply_calibration, fit_calibration, fit_new_offsets
-
-# The router's fitted attributes of this stage: pool-wide, then per model.
-ATTRIBUTES = ("calibration_slope_", "calibration_intercept_", "model_offsets_")
+from sklocus._router._stage import Stage
 
 
-class PoolCalibration:
-    """One slope for the pool's logits, and each model's offset (``model_offsets_``).
+@dataclasses.dataclass(frozen=True, eq=False)
+class PoolCalibration(Stage):
+    """One slope for the pool's logits, and each model's offset.
 
     Parameters
     ----------
     slope, intercept : float
         The router's ``calibration_slope_`` and ``calibration_intercept_``.
+    offsets : ndarray of shape (n_models,), float32, or None
+        The router's ``model_offsets_``.
     """
 
-    def __init__(self, slope, intercept):
-        self.slope = slope
-        self.intercept = intercept
+    slope: float
+    intercept: float
+    offsets: np.ndarray | None = None
+
+    ATTRIBUTES = {
+        "calibration_slope_": "slope",
+        "calibration_intercept_": "intercept",
+        "model_offsets_": "offsets",
+    }
+    ROWS = ("offsets",)
 
     @classmethod
-    def of(cls, router):
-        """Return the stage a fitted router holds, or None."""
-        if getattr(router, "model_offsets_", None) is None:
-            return None
-        return cls(router.calibration_slope_, router.calibration_intercept_)
-
-    @classmethod
-    def fit(cls, locus, embeddings, queries, scores, halves):
-        """Fit on the pool; return the stage and each model's offset.
+    def fit(cls, locus, queries, scores, halves):
+        """Fit on the pool, embedded as ``locus`` holds it.
 
         ``scores`` is ``(n_queries, n_models)``, NaN where unobserved;
         ``halves`` is :meth:`~sklocus._router._locus.Locus.half_embeddings`'.
         """
         held = locus.held_out_logits(queries, scores, halves)
-        levels = locus.levels(embeddings, queries, scores)
-        slope, intercept, offsets = fit_calibration(*held, levels)
-        return cls(slope, intercept), offsets
+        levels = locus.levels(locus.embeddings, queries, scores)
+        return cls(*fit_calibration(*held, levels))
 
-    def fit_models(self, locus, embeddings, queries, scores):
+    def fit_rows(self, locus, embeddings, queries, scores):
         """Offsets of models, embedded as ``embeddings``, under the pool's fit.
 
         ``scores`` is ``(n_queries, n_models)``, NaN where unobserved.
@@ -55,15 +59,10 @@ class PoolCalibration:
         halves = locus.half_embeddings(queries, scores, embeddings.shape[1])
         held = locus.held_out_logits(queries, scores, halves)
         levels = locus.levels(embeddings, queries, scores)
-        return fit_new_offsets(*held, levels, self.slope, self.intercept)
+        return {"offsets": fit_new_offsets(*held, levels, self.slope, self.intercept)}
 
-    def write(self, router, offsets):
-        router.calibration_slope_ = self.slope
-        router.calibration_intercept_ = self.intercept
-        router.model_offsets_ = offsets
-
-    def transform(self, probabilities, rows, vectors=None):
-        """Calibrate the probabilities ``(n_queries, n_models)`` of ``rows``' models."""
-        if rows.model_offsets is None:
+    def transform(self, probabilities, vectors=None):
+        """Calibrate the probabilities ``(n_queries, n_models)`` of the models."""
+        if self.offsets is None:
             return probabilities
-        return apply_calibration(probabilities, self.slope, rows.model_offsets)
+        return apply_calibration(probabilities, self.slope, self.offsets)

@@ -9,16 +9,19 @@ by heads fitted on the other fold).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from sklocus._calibration import in_both_halves
 from sklocus._groups import logits
 from sklocus._router._locus import chunks
-from sklocus._router._rows import ModelRows
+from sklocus._router._stage import Stage
 from sklocus.calibration import ProbabilityCalibrator
 
 
-class ProbabilityMap:
+@dataclasses.dataclass(frozen=True, eq=False)
+class ProbabilityMap(Stage):
     """The router's ``probability_calibrator_``, applied to every prediction.
 
     Parameters
@@ -26,27 +29,20 @@ class ProbabilityMap:
     calibrator : ProbabilityCalibrator
     """
 
-    def __init__(self, calibrator):
-        self.calibrator = calibrator
+    calibrator: ProbabilityCalibrator
+
+    ATTRIBUTES = {"probability_calibrator_": "calibrator"}
 
     @classmethod
-    def of(cls, router):
-        """Return the stage a fitted router holds, or None."""
-        calibrator = getattr(router, "probability_calibrator_", None)
-        return None if calibrator is None else cls(calibrator)
-
-    @classmethod
-    def fit(cls, method, scorer, queries, scores, halves, model_offsets, heads=None):
+    def fit(cls, method, stages, queries, scores, halves, head_held_out=None):
         """Fit on the pool's held-out predictions by the stages before it.
 
         ``halves`` is :meth:`~sklocus._router._locus.Locus.half_embeddings`';
-        ``heads``, with query heads, is ``(blends, held_out)``: each model's
-        blend and each head's out-of-fold logits.
+        ``head_held_out``, with query heads, is each head's out-of-fold logits.
         """
-        held_out = _held_out_logits(scorer, queries, scores, halves, model_offsets)
-        if heads is not None:
-            blends, head_held_out = heads
-            blends = blends[None, :].astype(np.float64)
+        held_out = _held_out_logits(stages, queries, scores, halves)
+        if head_held_out is not None:
+            blends = stages.heads.blends[None, :].astype(np.float64)
             blended = (1.0 - blends) * held_out + blends * head_held_out
             held_out = np.where(np.isnan(head_held_out), held_out, blended)
         usable = ~np.isnan(held_out)
@@ -56,23 +52,26 @@ class ProbabilityMap:
         )
         return cls(calibrator)
 
-    def transform(self, probabilities, rows=None, vectors=None):
+    def transform(self, probabilities, vectors=None):
         return self.calibrator.predict(probabilities)
 
 
-def _held_out_logits(scorer, queries, scores, halves, model_offsets):
+def _held_out_logits(stages, queries, scores, halves):
     """Return the stages' held-out logits ``(n_queries, n_models)``, NaN where none.
 
     Each observed pair is predicted from the embedding of the other half of its
-    model's evaluations, with the pool calibration's offsets when fitted.
+    model's evaluations, with the pool calibration's offsets when fitted (the
+    query heads, fitted on every evaluation, are left out).
     """
     half, embeddings = halves
     both = in_both_halves(half)
+    calibration = stages.calibration
+    offsets = None if calibration is None else calibration.offsets
     out = np.full(scores.shape, np.nan)
-    for rows in chunks(len(queries)):
-        chunk = queries[rows]
-        for h in (0, 1):
-            found = scorer.probabilities(ModelRows(embeddings[h], model_offsets), chunk)
+    for h in (0, 1):
+        others = stages.for_models(embeddings[h], offsets)
+        for rows in chunks(len(queries)):
+            found = others.probabilities(queries[rows])
             wanted = (half[rows] == 1 - h) & both[None, :]
             out[rows][wanted] = logits(found)[wanted]
     return out

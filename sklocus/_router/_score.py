@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from sklocus._router._policy import call_policy, utilities
+from sklocus._router._policy import utilities
 from sklocus._router._tables import score_table
 from sklocus.encoders import as_query_list
 from sklocus.metrics import routing_accuracy
@@ -101,7 +101,7 @@ class RoutingScoreMixin:
         scores, _ = score_table(Y, queries, self.classes_)
         # Routed as predict routes without exploring: by the utilities of the
         # router's policy, which routing_accuracy chooses from as predict does.
-        cost_weight, min_probability = call_policy(self, None, None)
+        cost_weight, min_probability = self._policy()
         found = np.empty(scores.shape)
         for start, probabilities, _ in self._chunks(queries, query_groups):
             rows = slice(start, start + len(probabilities))
