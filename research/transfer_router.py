@@ -11,9 +11,9 @@ fits): each fold leaves one of the five benchmarks out of the public pool's
 training. For each pool model, ``n`` evaluations are drawn (``draw_states``), and
 ``LocusRouter(FrozenEstimator(embedder))`` is fitted on them with its defaults
 (refined pool embeddings) once with ``calibration=None`` and once with
-``calibration="pool"`` (the pool calibration of ``sklocus._calibration``). Both predict
-the test-split queries, against each model's overall accuracy on its ``n``
-evaluations.
+``calibration="pool"`` (the pool calibration of
+``sklocus._router._pool_calibration``). Both predict the test-split queries,
+against each model's overall accuracy on its ``n`` evaluations.
 
 - ``transfer``: the evaluations and test queries are of the left-out benchmark;
 - ``in-domain``: they are of the four benchmarks the embedder was trained on.

@@ -55,7 +55,7 @@ _QUERY_CLUSTERS = 32
 # pool is one to nine models, whose loss ranks epochs by which models they are),
 # and train up to _SMALL_POOL_EPOCHS epochs of _SMALL_POOL_EPOCH_SIZE draws,
 # about a minute and a half on 2 CPU cores: a router over a small pool leans on
-# each model's own query heads (sklocus._query_heads) where its evaluations are
+# each model's own query heads (sklocus._router._heads) where its evaluations are
 # many. 20 epochs of up to 4,096 draws (the schedule before 2026-12-03) routed
 # no better for 5 to 7 times the time, nor did 10 epochs for a quarter more
 # (docs/research/tuning.md).

@@ -8,15 +8,13 @@ from tiny import TINY_NETWORK
 
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
-from sklocus._calibration import (
+from sklocus._groups import logits
+from sklocus._router._halves import held_out_pairs, in_both_halves, split_halves
+from sklocus._router._pool_calibration import (
     apply_calibration,
     fit_calibration,
     fit_new_offsets,
-    held_out_pairs,
-    in_both_halves,
-    split_halves,
 )
-from sklocus._groups import logits
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 

@@ -8,8 +8,13 @@ from tiny import TINY_NETWORK
 
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
-from sklocus._query_heads import MIN_EVALUATIONS, apply_heads, fit_heads
-from sklocus._router._heads import heads_wanted, unseen_logits
+from sklocus._router._heads import (
+    MIN_EVALUATIONS,
+    apply_heads,
+    fit_heads,
+    heads_wanted,
+    unseen_logits,
+)
 from sklocus.datasets import make_evaluations
 from sklocus.evaluations import to_matrix
 

@@ -16,11 +16,11 @@ from tiny import SMALL_NETWORK
 
 import sklocus
 from sklocus import LocusEmbedder, LocusRouter
-from sklocus._calibration import apply_calibration
 from sklocus._groups import apply_group_offsets
-from sklocus._query_heads import apply_heads
 from sklocus._router._fitting import CALIBRATIONS, merge_calibration_settings
+from sklocus._router._heads import apply_heads
 from sklocus._router._learnt_groups import shifted
+from sklocus._router._pool_calibration import apply_calibration
 from sklocus._router._stages import STAGES
 from sklocus.cli._parsers import CALIBRATION_CHOICES
 from sklocus.datasets import make_evaluations

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sklocus._calibration import in_both_halves
 from sklocus._groups import fit_group_offsets, logits
+from sklocus._router._halves import in_both_halves
 
 # The numbers of clusters ``query_clusters="auto"`` tries, beside none; a
 # number is tried only where the pool has this many queries per cluster.

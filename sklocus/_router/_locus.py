@@ -16,9 +16,9 @@ import warnings
 import numpy as np
 from sklearn.base import clone
 
-from sklocus._calibration import held_out_pairs, in_both_halves, split_halves
 from sklocus._embedder import LocusEmbedder
 from sklocus._groups import logits
+from sklocus._router._halves import held_out_pairs, in_both_halves, split_halves
 from sklocus._router._stage import Stage
 from sklocus._router._tables import is_fitted
 from sklocus.evaluations import query_sort_key
@@ -143,7 +143,7 @@ class Locus(Stage):
     def half_embeddings(self, queries, scores, width):
         """Each model embedded from each half of its evaluations.
 
-        Returns ``(half, embeddings)``: :func:`~sklocus._calibration.split_halves`'
+        Returns ``(half, embeddings)``: :func:`~._halves.split_halves`'
         assignment, and for halves 0 and 1 an ``(n_models, width)`` array
         (zeros for a model without evaluations in both halves).
         """
@@ -167,7 +167,7 @@ class Locus(Stage):
         """Each model's evaluations predicted from an embedding of the other half.
 
         ``halves`` is :meth:`half_embeddings`' result. Returns
-        :func:`~sklocus._calibration.held_out_pairs`' arrays.
+        :func:`~._halves.held_out_pairs`' arrays.
         """
         half, embeddings = halves
 

@@ -13,8 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from sklocus._calibration import in_both_halves
 from sklocus._groups import logits
+from sklocus._router._halves import in_both_halves
 from sklocus._router._locus import chunks
 from sklocus._router._stage import Stage
 from sklocus.calibration import ProbabilityCalibrator
