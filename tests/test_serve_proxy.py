@@ -342,6 +342,30 @@ def test_chat_completions_need_the_token_and_the_model_list_does_not(proxy):
             "model",
             "model 'gpt-9' is not served here; give 'auto' to route",
         ),
+        (
+            {"model": 7, "messages": [{"role": "user", "content": "hi"}]},
+            400,
+            "model",
+            "model must be 'auto' (to route) or a served model's name",
+        ),
+        (
+            {"model": "auto", "messages": [{"role": "user", "content": "hi"}, "hi"]},
+            400,
+            "messages",
+            "messages[1] is not a chat message",
+        ),
+        (
+            {"model": "auto", "messages": [{"content": "hi"}]},
+            400,
+            "messages",
+            "messages[0] is not a chat message",
+        ),
+        (
+            {"model": "auto", "messages": [{"role": "user", "content": 3}]},
+            400,
+            "messages",
+            "messages[0] is not a chat message",
+        ),
     ],
 )
 def test_bad_chat_requests_are_refused_in_openai_s_shape(

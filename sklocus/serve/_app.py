@@ -42,6 +42,7 @@ from starlette.routing import Match
 from sklocus._validation import has_control_character
 from sklocus._versioning import __version__
 from sklocus.serve import _json
+from sklocus.serve._chat import ChatCompletionRequest
 from sklocus.serve._departure import CLIENT_GONE, not_charged, while_connected
 from sklocus.serve._gate import UNAUTHORISED, RequestGate, refusal, token_matches
 from sklocus.serve._guard import charge_work, client_of
@@ -147,28 +148,6 @@ class RouteResponse(BaseModel):
     """One route per query, in the order of the request."""
 
     routes: list[Route]
-
-
-class ChatMessage(BaseModel):
-    """One message of an OpenAI chat request."""
-
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict] | None = None
-
-
-class ChatCompletionRequest(BaseModel):
-    """OpenAI's chat request; every field besides these is forwarded as sent."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str = Field(
-        description="'auto' to route by the text of the last user message, or a "
-        "served model with an upstream (GET /v1/models) to pin the request to it"
-    )
-    messages: list[ChatMessage]
-    stream: bool | None = Field(
-        default=None, description="relay the upstream's server-sent events"
-    )
 
 
 class PredictRequest(_Strict):

@@ -36,7 +36,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from sklocus.serve import _json
-from sklocus.serve._chat import last_user_text
+from sklocus.serve._chat import ROUTED, ChatRequestError, check_chat_request
 from sklocus.serve._departure import not_charged, while_connected
 from sklocus.serve._gate import openai_error
 from sklocus.serve._guard import charge_work, client_of
@@ -46,7 +46,6 @@ from sklocus.serve._upstream_client import UpstreamClient, UpstreamError
 # Limited to a line of a kind a while by sklocus.serve.run (limited_logs).
 logger = logging.getLogger("sklocus.serve.proxy")
 
-ROUTED = "auto"
 # Statuses after which another model may well answer: the upstream is down,
 # busy, or refuses this server (its key, its model name).
 _FALL_BACK_ON = frozenset({401, 403, 404, 408, 429})
@@ -355,25 +354,16 @@ def _parsed(sent):
         raise _BadRequest(None, f"the body is not valid JSON: {error.msg}") from None
     if not isinstance(request, dict):
         raise _BadRequest(None, "the body must be a JSON object, a chat request")
-    model = request.get("model")
-    if not isinstance(model, str) or not model:
-        raise _BadRequest(
-            "model", f"model must be {ROUTED!r} (to route) or a served model's name"
-        )
-    messages = request.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _BadRequest("messages", "messages must be a non-empty list of messages")
-    text = last_user_text(messages)
-    if text is None:
-        raise _BadRequest(
-            "messages", "the last user message has no text for the router to read"
-        )
-    stream = request.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise _BadRequest("stream", "stream must be true or false")
-    return {"request": request, "text": text, "stream": stream, "model": model}
+    try:
+        text, stream = check_chat_request(request)
+    except ChatRequestError as fault:
+        raise _BadRequest(fault.param, fault.message) from None
+    return {
+        "request": request,
+        "text": text,
+        "stream": stream,
+        "model": request["model"],
+    }
 
 
 async def _upstream_error(response, upstream):
