@@ -6,8 +6,8 @@ Runs, from the repository root, the README's test command ``python -m pytest``
 (pyproject's options: one pytest-xdist worker per core, a test file per worker)
 and the documented quick subset ``python -m pytest -m "not slow"``, each once,
 and reports the wall-clock time with pytest's own count of passed, skipped and
-deselected tests. Targets (issue 34): the whole suite in at most 5 minutes and
-the quick subset in under 90 s, on an idle machine of 2 cores. The figures mean
+deselected tests. Targets (issue 73): the whole suite in at most 5 minutes and
+the quick subset in under 60 s, on an idle machine of 2 cores. The figures mean
 something only on an otherwise idle machine. With ``--out``, writes its section
 of that page.
 """
@@ -31,7 +31,7 @@ from provenance import commit
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {
     "full": ("`python -m pytest`", [], 300),
-    "quick": ('`python -m pytest -m "not slow"`', ["-m", "not slow"], 90),
+    "quick": ('`python -m pytest -m "not slow"`', ["-m", "not slow"], 60),
 }
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed)")
 
