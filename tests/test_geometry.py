@@ -2,6 +2,7 @@ import re
 
 import numpy as np
 import pytest
+from pinned_geometry import DATA, EMBEDDER
 
 from sklocus.geometry import model_distances, nearest_models
 
@@ -207,24 +208,12 @@ def test_disagreement_correlation_on_constructed_models():
 
 @pytest.fixture(scope="module")
 def embedded():
-    from sklocus import LocusEmbedder
+    """The planted pool, and an embedder trained on it (``pinned_geometry.py``)."""
+    import sklocus
     from sklocus.datasets import make_evaluations
 
-    data = make_evaluations(random_state=0)
-    embedder = LocusEmbedder(
-        query_encoder=data.encoder,
-        embedding_dim=32,
-        n_layers=0,
-        n_heads=2,
-        predictor_hidden=32,
-        batch_size=8,
-        lr=1e-3,
-        predictor_lr=2e-3,
-        validation_fraction=None,
-        max_epochs=200,
-        epoch_size=1,
-        random_state=0,
-    ).fit(data.evaluation_sets)
+    data = make_evaluations(**DATA)
+    embedder = sklocus.load(EMBEDDER)
     return data, embedder, embedder.transform(data.evaluation_sets)
 
 
