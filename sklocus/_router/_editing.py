@@ -56,7 +56,7 @@ class PoolEditingMixin:
         ndarray of shape (n_groups,) or None
         """
         check_is_fitted(self, "embeddings_")
-        return None if self.group_source_ == "clusters" else self.groups_
+        return None if self._clustered() else self.groups_
 
     def add_models(self, evaluation_sets, model_names, cost=None, query_groups=None):
         """Onboard models: embed them as ``fit`` does, with no training of LOCUS.
@@ -128,7 +128,7 @@ class PoolEditingMixin:
         stages = self._stages()
         groups = kept_groups(stages, kept, query_groups, "ignore")
         group_of = None
-        if query_groups is not None or self.group_source_ == "clusters":
+        if query_groups is not None or self._clustered():
             # The groups kept: a query the router knows keeps its own.
             added = np.arange(len(self.classes_), len(self.classes_) + len(names))
             group_of = groups.group_map(*kept.ragged(added))
@@ -169,9 +169,14 @@ class PoolEditingMixin:
         self.classes_ = self.classes_[kept]
         return self
 
+    def _clustered(self):
+        """Whether the router's groups are clusters of its queries (its own)."""
+        groups = self.stages_.groups
+        return groups is not None and groups.clustered
+
     def _check_groups_given(self):
         """Refuse query_groups where the router has no groups of labels."""
-        if self.group_source_ == "clusters":
+        if self._clustered():
             raise ValueError(
                 "the router's groups are clusters of its queries' encodings, "
                 "which it assigns new queries itself; leave query_groups out"

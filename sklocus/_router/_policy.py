@@ -156,6 +156,7 @@ class Policy(Stage):
         "budget_cost_weight_": "budget_cost_weight",
     }
     ROWS = ("cost",)
+    OPTIONAL = False  # every router has a policy, with or without costs
 
     @classmethod
     def fit(cls, stages, evaluation_sets, cost, budget, kept_queries):
@@ -178,12 +179,6 @@ class Policy(Stage):
                 stacklevel=5,
             )
         return cls(cost, curve, weight)
-
-    @classmethod
-    def from_arrays(cls, values):
-        # Every router has a policy, with or without costs.
-        fields = cls.ATTRIBUTES.items()
-        return cls(**{name: values.get(public) for public, name in fields})
 
     def call(self, cost_weight, min_probability, budget, settings):
         """Return the routing policy of a call: ``(cost_weight, min_probability)``.

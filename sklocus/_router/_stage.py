@@ -46,6 +46,8 @@ class Stage:
     ATTRIBUTES: ClassVar[dict[str, str]] = {}
     # Fields with one row per model, along their first axis.
     ROWS: ClassVar[tuple[str, ...]] = ()
+    # Whether a router may lack the stage (read as None when its attributes are).
+    OPTIONAL: ClassVar[bool] = True
 
     def with_rows(self, indices, rows):
         """Return the stage with ``rows`` (field to new rows) at ``indices``.
@@ -87,10 +89,11 @@ class Stage:
     def from_arrays(cls, values, **settings):
         """Build the stage from the router's fitted attributes (a mapping).
 
-        Returns None where the router has no such stage (its attributes None).
+        Returns None where the router has no such stage (its attributes None)
+        and the stage is ``OPTIONAL``.
         """
         fields = {name: values.get(public) for public, name in cls.ATTRIBUTES.items()}
-        if all(value is None for value in fields.values()):
+        if cls.OPTIONAL and all(value is None for value in fields.values()):
             return None
         return cls(**fields, **settings)
 

@@ -96,11 +96,9 @@ class Stages:
         found = {}
         for name, stage in STAGES.items():
             held = getattr(self, name)
-            if held is None:
-                held = {public: None for public in stage.ATTRIBUTES}
-            else:
-                held = held.to_arrays()
-            found.update(held)
+            found.update(
+                dict.fromkeys(stage.ATTRIBUTES) if held is None else held.to_arrays()
+            )
         return found
 
     def adding(self, **stages):
@@ -123,10 +121,11 @@ class Stages:
         return dataclasses.replace(self, **stages)
 
     def _each(self):
-        for name in ("locus", "exploration", *list(STAGES)[1:]):
-            stage = getattr(self, name)
+        """Yield ``(name, stage)`` for each stage fitted."""
+        for field in dataclasses.fields(self):
+            stage = getattr(self, field.name)
             if stage is not None:
-                yield name, stage
+                yield field.name, stage
 
     def with_rows(self, indices, rows):
         """Return the stages with ``rows`` (stage name to its rows) at ``indices``.
