@@ -277,9 +277,10 @@ class LocusEmbedder(
     callbacks : list of skorch callbacks or None, default=None
         Passed to the skorch ``NeuralNet``.
     verbose : int, default=0
-        0 prints nothing, as scikit-learn's estimators do. 1 prints skorch's
-        table of epochs (a row as each ends, on standard output) and, on
-        standard error, each epoch's progress once it has lasted a second:
+        0 prints nothing, as scikit-learn's estimators do. 1 writes, on
+        standard error (standard output is left to the data), skorch's table
+        of epochs (a row as each ends) and each epoch's progress once it has
+        lasted a second:
         a line redrawn on a terminal (``Epoch 2 of 10: 45/136 batches (33%),
         9 s``), cleared when the row comes; in a log, plain lines only for an
         epoch that lasts 10 seconds. It also reports the progress of embedding

@@ -375,7 +375,7 @@ def test_verbose_prints_progress(data, capsys):
         query_encoder=data.encoder, **{**TINY, "max_epochs": 1, "verbose": 1}
     ).fit(data.evaluation_sets)
     captured = capsys.readouterr()
-    assert "train_loss" in captured.out
+    assert "train_loss" in captured.err and "train_loss" not in captured.out
 
 
 def test_verbose_draws_each_epoch_on_a_terminal(data, capsys, monkeypatch):
@@ -395,9 +395,10 @@ def test_verbose_draws_each_epoch_on_a_terminal(data, capsys, monkeypatch):
     # training (64 draws at least): 12 batches of 8 each, 24 in an epoch.
     assert any(draw.startswith("Epoch 1 of 2: 0/24 batches (0%)") for draw in draws)
     assert any(draw.startswith("Epoch 2 of 2: 12/24 batches (50%)") for draw in draws)
-    # Cleared, not ended: the table's row says how long the epoch took.
-    assert "Epoch 2 of 2" not in draws[-1] and not draws[-1].strip()
-    assert "train_loss" in captured.out
+    # Cleared, not ended: the table's row, which says how long the epoch
+    # took, comes at once in its place, on the same stream.
+    assert "Epoch 2 of 2" not in draws[-1] and draws[-1].split()[0] == "2"
+    assert "train_loss" in captured.err and not captured.out
 
 
 def test_verbose_leaves_a_log_plain_when_epochs_are_short(data, capsys):
@@ -406,7 +407,9 @@ def test_verbose_leaves_a_log_plain_when_epochs_are_short(data, capsys):
     ).fit(data.evaluation_sets)
     captured = capsys.readouterr()
     assert "Epoch" not in captured.err and "\r" not in captured.err
-    assert "\r" not in captured.out and "\x1b" not in captured.out
+    # The table's rows, uncoloured; nothing on standard output.
+    assert "train_loss" in captured.err and "\x1b" not in captured.err
+    assert not captured.out
 
 
 class NaNWeightsMidEpoch(Callback):

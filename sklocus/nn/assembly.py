@@ -16,13 +16,13 @@ import torch
 from skorch import NeuralNet
 from skorch.callbacks import EarlyStopping
 
-from sklocus._progress import on_terminal
+from sklocus._progress import say
 from sklocus.nn.network import LocusNetwork
 from sklocus.nn.training import (
     EpochProgress,
+    EpochTable,
     MaskedBCEWithLogitsLoss,
     ModelSplit,
-    PlainPrintLog,
     QueryNoiseSchedule,
     SetCollator,
     StopOnNonFiniteLoss,
@@ -140,7 +140,10 @@ def training_network(params, ragged, vectors, *, seed, schedule, device):
             (
                 "early_stopping",
                 EarlyStopping(
-                    monitor="valid_loss", patience=params["patience"], load_best=True
+                    monitor="valid_loss",
+                    patience=params["patience"],
+                    load_best=True,
+                    sink=say,
                 ),
             )
         )
@@ -167,7 +170,7 @@ def training_network(params, ragged, vectors, *, seed, schedule, device):
         ),
         train_split=train_split,
         callbacks=callbacks,
-        # Replaces skorch's own table of epochs, which colours best values.
-        **({} if on_terminal() else {"callbacks__print_log": PlainPrintLog()}),
+        # skorch's own table prints on standard output.
+        callbacks__print_log=EpochTable(),
         verbose=params["verbose"],
     )
