@@ -15,10 +15,10 @@ mean what they say.
 # The data, and a router with the defaults
 # ----------------------------------------
 #
-# The example runs in the test suite, so it encodes 1,000 of the 5,608 train
-# questions (MiniLM encodes about 50 a second on two CPU cores) and all 500 test
-# questions, and trains 2 epochs where the defaults train 8 (about a minute and
-# a half on the whole pool). Everything else is the defaults: ``LocusRouter``
+# The example runs in the test suite, so it trains on 1,000 of the 5,608 train
+# questions and for 2 epochs where the defaults train 8 (about a minute and a
+# half on the whole pool); the questions come encoded by the default encoder,
+# MiniLM, with sklocus. Everything else is the defaults: ``LocusRouter``
 # trains a ``LocusEmbedder`` sized to the pool, refines each model's embedding
 # and, on a pool this small, blends each model's own logistic regression on the
 # query encodings with LOCUS (:ref:`query_heads`). The query encoder must

@@ -1,12 +1,14 @@
 """The caches of :class:`~sklocus.encoders.SentenceEncoder`'s encodings.
 
-Two levels: the encodings of the texts used last, in memory, and every encoding in
-one SQLite file of a folder, shared across processes and sessions. Both map a text
-to its float32 vector; neither encodes anything.
+Three levels: the encodings of the texts used last, in memory; those of the
+shipped data sets' questions, packaged with sklocus; and every encoding in one
+SQLite file of a folder, shared across processes and sessions. Each maps a text
+to its float32 vector; none encodes anything.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sqlite3
@@ -16,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 from cachetools import LRUCache
+
+from sklocus._shipped import SHIPPED, SHIPPED_ENCODINGS, shipped_folder
 
 # The on-disk cache: its file in the folder, and the texts looked up per query.
 DISK_FILE_NAME = "sklocus-encodings.sqlite3"
@@ -187,3 +191,61 @@ class DiskCache:
             connection.executemany(
                 "INSERT OR REPLACE INTO encodings VALUES (?, ?, ?)", rows
             )
+
+
+class ShippedEncodings:
+    """Encodings that ship inside the package, read-only: ``{text: vector}``.
+
+    A shipped data folder (:mod:`sklocus._shipped`) may hold, beside its
+    ``queries.parquet``, what a packaged sentence encoder makes of each ``query``
+    text, row by row, as ``encoded_<model>.npy`` (float32), for the models of
+    :data:`~sklocus._shipped.SHIPPED_ENCODINGS`. They are that model's
+    own output, kept so that the texts of the shipped data need not be encoded on
+    each machine; loaded on first use, once per process.
+
+    Parameters
+    ----------
+    model : str
+        The sentence-transformers name (``"all-MiniLM-L6-v2"``, with or without
+        its ``sentence-transformers/`` prefix). Other models, and local folders,
+        have none.
+    """
+
+    def __init__(self, model):
+        self.model = os.fspath(model).removeprefix("sentence-transformers/")
+
+    def lookup(self, texts):
+        """Return ``{text: vector}`` of the ``texts`` that ship encoded."""
+        row_of, vectors = _shipped_table(self.model)
+        if not row_of:
+            return {}
+        return {text: vectors[row_of[text]] for text in texts if text in row_of}
+
+
+@functools.cache
+def _shipped_table(model):
+    """Return ``({text: row}, vectors)``: every shipped question ``model`` encoded."""
+    import pyarrow.parquet as pq
+
+    row_of, tables = {}, []
+    for name in SHIPPED if model in SHIPPED_ENCODINGS else ():
+        folder = shipped_folder(name)
+        path = folder / f"encoded_{model}.npy"
+        if not path.is_file():
+            continue
+        vectors = np.load(path, allow_pickle=False)
+        texts = pq.read_table(folder / "queries.parquet", columns=["query"])
+        texts = texts.column("query").to_pylist()
+        if vectors.dtype != np.float32 or vectors.shape[0] != len(texts):
+            raise RuntimeError(
+                f"{path} should hold one float32 row per query of "
+                f"{folder / 'queries.parquet'} ({len(texts)}), not an array of "
+                f"{vectors.dtype} and shape {vectors.shape}; reinstall sklocus"
+            )
+        offset = sum(len(table) for table in tables)
+        for row, text in enumerate(texts):
+            row_of.setdefault(text, offset + row)
+        tables.append(vectors)
+    if not tables:
+        return {}, np.zeros((0, 0), np.float32)
+    return row_of, np.concatenate(tables)

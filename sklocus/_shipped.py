@@ -19,6 +19,10 @@ SHIPPED = {
     ),
 }
 
+# The packaged sentence encoders whose vectors of each shipped folder's question
+# texts ship beside them, row by row as encoded_<name>.npy (float32).
+SHIPPED_ENCODINGS = ("all-MiniLM-L6-v2",)
+
 
 def shipped_folder(name):
     """Return the path of the shipped evaluation folder ``name``."""

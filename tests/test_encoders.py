@@ -2,9 +2,13 @@ import pickle
 
 import joblib
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.base import clone
 
+from sklocus._encoding_cache import ShippedEncodings
+from sklocus._packaged_models import resolve_model_path
+from sklocus._shipped import shipped_folder
 from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 
 QUERIES = ["What is 2 + 2?", "Name the capital of France.", "What is 2 + 2?"]
@@ -105,6 +109,55 @@ def test_encodings_do_not_depend_on_batches_or_progress(minilm, capsys):
     np.testing.assert_array_equal(shown, vectors)
     in_pairs = SentenceEncoder(batch_size=2).transform(texts)
     np.testing.assert_allclose(in_pairs, vectors, atol=1e-6)
+
+
+def _shipped_questions():
+    folder = shipped_folder("llmrouter")
+    texts = pd.read_parquet(folder / "queries.parquet")["query"].tolist()
+    vectors = np.load(folder / "encoded_all-MiniLM-L6-v2.npy")
+    return texts, vectors
+
+
+def test_the_shipped_questions_come_encoded(tmp_path, monkeypatch, capsys):
+    texts, vectors = _shipped_questions()
+    assert vectors.shape == (len(texts), 384) and vectors.dtype == np.float32
+    rows = [0, 2500, 6107]
+    encoder = SentenceEncoder(cache_dir=tmp_path, show_progress=True)
+
+    def no_model():
+        raise AssertionError("the shipped questions were encoded again")
+
+    monkeypatch.setattr(encoder, "_sentence_transformer", no_model)
+    got = encoder.transform([texts[row] for row in rows])
+    np.testing.assert_array_equal(got, vectors[rows])
+    assert "3 come encoded with sklocus" in capsys.readouterr().err
+    # The prefixed name is the same model; another model has none of them.
+    prefixed = SentenceEncoder("sentence-transformers/all-MiniLM-L6-v2")
+    monkeypatch.setattr(prefixed, "_sentence_transformer", no_model)
+    np.testing.assert_array_equal(prefixed.transform(texts[:2]), vectors[:2])
+    assert ShippedEncodings("all-mpnet-base-v2").lookup(texts[:2]) == {}
+
+
+def test_shipped_and_new_texts_mix_in_one_call(minilm):
+    texts, vectors = _shipped_questions()
+    batch = ["A text that ships with nothing.", texts[7], texts[7]]
+    got = minilm.transform(batch)
+    np.testing.assert_array_equal(got[1], vectors[7])
+    np.testing.assert_array_equal(got[2], vectors[7])
+    np.testing.assert_allclose(got[0], minilm.transform(batch[:1])[0], atol=1e-6)
+
+
+def test_the_shipped_encodings_are_what_the_model_gives():
+    # The weights' folder reads no shipped file: a fresh encoding of a sample,
+    # which on any CPU agrees with the file's to float rounding (unit vectors;
+    # another question's vector is 0.1 or more away in some component).
+    texts, vectors = _shipped_questions()
+    rows = np.random.default_rng(0).choice(len(texts), 24, replace=False)
+    fresh = SentenceEncoder(model=resolve_model_path("all-MiniLM-L6-v2"))
+    assert ShippedEncodings(fresh.model).lookup(texts[:1]) == {}
+    np.testing.assert_allclose(
+        fresh.transform([texts[row] for row in rows]), vectors[rows], atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("unusable", ["a file, not a folder", "not SQLite"])

@@ -184,9 +184,10 @@ def load_llmrouter(*, encoder="all-MiniLM-L6-v2"):
     Parameters
     ----------
     encoder : str, default="all-MiniLM-L6-v2"
-        Sentence encoder of the question texts (no encodings are packaged:
-        MiniLM encodes all 6,108 questions in two to four minutes on two CPU
-        cores).
+        Sentence encoder of the question texts. The default's encodings of
+        them ship with sklocus and are used as they are; another encoder
+        encodes them on first use (MiniLM takes two to four minutes for all
+        6,108 on two CPU cores).
 
     Returns
     -------
