@@ -5,27 +5,36 @@ an answer says which model LiteLLM sent the request to.
 """
 
 import asyncio
+import importlib
 import logging
 import os
 import time
 
+import httpx
 import pytest
 from test_serve_limits import TOKEN, Served
 from tiny import tiny_priced_router
 
-# LiteLLM fetches its price list from the network on import unless told not to.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-import httpx  # noqa: E402
-import litellm  # noqa: E402
-from litellm import Router  # noqa: E402
-from litellm.types.router import RoutingContext  # noqa: E402
-
-import sklocus  # noqa: E402
-from sklocus.integrations.litellm import LocusRoutingPlugin  # noqa: E402
-from sklocus.serve import RouterService  # noqa: E402
+import sklocus
+from sklocus.integrations.litellm import LocusRoutingPlugin
+from sklocus.serve import RouterService
 
 pytestmark = pytest.mark.slow
+
+
+def _litellm(name="litellm"):
+    """Import LiteLLM (or one of its modules) when a test runs, not at collection.
+
+    Importing it takes seconds, which every pytest-xdist worker would pay while
+    collecting, whether it runs these tests or not.
+    """
+    # LiteLLM fetches its price list from the network on import unless told not to.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    return importlib.import_module(name)
+
+
+def RoutingContext(**fields):  # noqa: N802 (stands for LiteLLM's class)
+    return _litellm("litellm.types.router").RoutingContext(**fields)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +55,9 @@ def deployment(name):
 
 
 def gateway(names, plugin):
-    return Router(model_list=[deployment(name) for name in names], plugins=[plugin])
+    return _litellm().Router(
+        model_list=[deployment(name) for name in names], plugins=[plugin]
+    )
 
 
 async def ask(router, text):
@@ -261,6 +272,7 @@ def test_graded_answers_reach_the_routers_feedback(pool, tmp_path):
         ):
             await asyncio.sleep(0.02)
 
+    litellm = _litellm()
     litellm.callbacks = [plugin.outcome_logger(grade)]
     try:
         asyncio.run(asked())
