@@ -3,6 +3,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from marks import uses_a_slow_fixture
 
 # The suite never touches the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,8 +51,15 @@ def _is_example(nodeid):
     return nodeid.startswith("tests/test_examples.py::")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
 def pytest_collection_modifyitems(config, items):
-    """Run the examples first: they are the longest tests (see the scheduler)."""
+    """Mark slow the tests of slow fixtures, and run the examples first.
+
+    The examples are the longest tests (see the scheduler below).
+    """
+    for item in items:
+        if uses_a_slow_fixture(item):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: not _is_example(item.nodeid))
 
 

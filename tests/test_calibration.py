@@ -2,7 +2,7 @@
 
 import numpy as np
 import pandas as pd
-import pytest
+from marks import slow_fixture
 from sklearn.frozen import FrozenEstimator
 from tiny import TINY_NETWORK
 
@@ -146,7 +146,7 @@ def test_held_out_pairs_predict_each_half_from_the_other():
     np.testing.assert_array_equal(targets, 1.0)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def trained():
     data = make_evaluations(
         n_models=24, n_queries=300, evals_per_model=None, query_dim=16, random_state=3

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from marks import slow_fixture
 from test_cli import TINY, in_process, sklocus, succeeded
 
 from sklocus.datasets import load_evaluations, make_evaluations
@@ -16,7 +17,7 @@ def _error(run):
     return line
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def folder(tmp_path_factory):
     """A folder in the shipped layout: split, prices, encodings; and a model."""
     path = tmp_path_factory.mktemp("folder")
@@ -48,6 +49,7 @@ def folder(tmp_path_factory):
     return path, data, dict(zip(data.model_names, prices)), test
 
 
+@pytest.mark.slow
 def test_data_names_the_shipped_folders(tmp_path):
     listed = succeeded(sklocus("data", cwd=tmp_path))
     assert listed.stdout.startswith("llmrouter\t")

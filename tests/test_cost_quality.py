@@ -25,6 +25,7 @@ points = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(points)
 def test_the_frontier_is_a_rising_concave_hull_over_every_point(pairs):

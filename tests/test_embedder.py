@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from marks import slow_fixture
 from sklearn.base import clone
 from sklearn.cluster import KMeans
 from sklearn.exceptions import NotFittedError
@@ -59,7 +60,7 @@ def fitted(data):
     return LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def trained():
     """A small embedder trained long enough to learn, on train queries only."""
     data = make_evaluations(
@@ -117,6 +118,7 @@ def test_permutation_invariance(fitted, data):
     assert np.abs(z[2] - z[0]).max() <= 1e-5
 
 
+@pytest.mark.slow
 def test_prior_tokens_make_the_embedding_depend_on_the_evidence(data):
     # The same rates from twice the evidence: a set whose evaluations are each
     # repeated (as if two query ids per query) embeds like the set itself without
@@ -279,6 +281,7 @@ def test_embeddings_converge_as_evaluations_grow(trained):
 # -- training -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_random_state_reproduces_and_spares_global_rngs(data):
     torch.manual_seed(123)
     np.random.seed(123)
@@ -296,6 +299,7 @@ def test_random_state_reproduces_and_spares_global_rngs(data):
     )
 
 
+@pytest.mark.slow
 def test_history_callbacks_and_early_stopping(data):
     class CountEpochs(Callback):
         def initialize(self):
@@ -378,6 +382,7 @@ def test_verbose_prints_progress(data, capsys):
     assert "train_loss" in captured.err and "train_loss" not in captured.out
 
 
+@pytest.mark.slow
 def test_verbose_draws_each_epoch_on_a_terminal(data, capsys, monkeypatch):
     # An epoch of a large pool lasts minutes before skorch prints its row; on a
     # terminal a redrawn line shows it moving, cleared before the row comes.
@@ -479,6 +484,7 @@ def test_verbose_embedding_shows_at_once_on_a_terminal(
     assert not _progress._screen.steps
 
 
+@pytest.mark.slow
 def test_default_query_encoder_is_minilm_by_name():
     sets = [
         {"What is 2 + 2?": 1, "Name a prime number.": 0},
@@ -558,6 +564,7 @@ def test_gpu_trained_embedder_loads_on_a_cpu_machine(fitted, data):
     np.testing.assert_array_equal(loaded.transform(sets), fitted.transform(sets))
 
 
+@pytest.mark.slow
 def test_pipeline_and_set_output(fitted, data):
     pipeline = make_pipeline(
         LocusEmbedder(query_encoder=data.encoder, **TINY),
@@ -573,6 +580,7 @@ def test_pipeline_and_set_output(fitted, data):
     assert list(fitted.get_feature_names_out()) == list(frame.columns)
 
 
+@pytest.mark.slow
 def test_grid_search_and_cross_val_score_over_models(data):
     search = GridSearchCV(
         LocusEmbedder(query_encoder=data.encoder, **{**TINY, "max_epochs": 2}),
@@ -611,6 +619,7 @@ def _held_out_log_likelihood(embedder, sets):
     )
 
 
+@pytest.mark.slow
 def test_grid_search_prefers_the_better_held_out_log_likelihood(data):
     # Thresholded accuracy once scored two settings exactly p and 1 - p.
     base = LocusEmbedder(query_encoder=data.encoder, **{**TINY, "max_epochs": 2})
@@ -1023,6 +1032,7 @@ class _CodesAwareLoss(torch.nn.Module):
         )
 
 
+@pytest.mark.slow
 def test_module_and_criterion_are_the_seam_for_variants(data):
     plain = LocusEmbedder(query_encoder=data.encoder, **TINY).fit(data.evaluation_sets)
     variant = LocusEmbedder(

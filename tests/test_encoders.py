@@ -4,6 +4,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+from marks import slow_fixture
 from sklearn.base import clone
 
 from sklocus._encoding_cache import ShippedEncodings
@@ -14,11 +15,13 @@ from sklocus.encoders import PrecomputedEncoder, SentenceEncoder
 QUERIES = ["What is 2 + 2?", "Name the capital of France.", "What is 2 + 2?"]
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def minilm():
+    # Its first encoding loads the model: seconds.
     return SentenceEncoder()
 
 
+@pytest.mark.slow
 def test_sentence_encoder_gives_normalised_float32_rows(minilm):
     vectors = minilm.transform(QUERIES)
     assert vectors.shape == (3, 384)
@@ -43,6 +46,7 @@ def test_sentence_encoder_encodes_each_distinct_text_once(minilm, monkeypatch):
     assert sorted(seen) == ["a new text", "another new text"]
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_sentence_encoder_keeps_the_texts_used_last_in_memory(monkeypatch):
     import sklocus.encoders
 
@@ -72,6 +76,7 @@ def test_sentence_encoder_is_safe_from_threads(minilm):
         np.testing.assert_allclose(vectors, minilm.transform(batch), atol=1e-6)
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_sentence_encoder_disk_cache_survives_a_new_process_state(tmp_path):
     from sklocus._encoding_cache import DiskCache
 
@@ -84,6 +89,7 @@ def test_sentence_encoder_disk_cache_survives_a_new_process_state(tmp_path):
     np.testing.assert_array_equal(second.transform(QUERIES), vectors)
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_sentence_encoder_reports_what_came_from_the_cache(tmp_path, capsys):
     first = SentenceEncoder(cache_dir=tmp_path, show_progress=True)
     first.transform(QUERIES)
@@ -102,6 +108,7 @@ def test_sentence_encoder_reports_what_came_from_the_cache(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_encodings_do_not_depend_on_batches_or_progress(minilm, capsys):
     texts = [f"Question {i}: " + "how far is it? " * (i % 4) for i in range(7)]
     vectors = minilm.transform(texts)
@@ -147,6 +154,7 @@ def test_shipped_and_new_texts_mix_in_one_call(minilm):
     np.testing.assert_allclose(got[0], minilm.transform(batch[:1])[0], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_shipped_encodings_are_what_the_model_gives():
     # The weights' folder reads no shipped file: a fresh encoding of a sample,
     # which on any CPU agrees with the file's to float rounding (unit vectors;
@@ -176,6 +184,7 @@ def test_an_unusable_disk_cache_warns_and_encodes_all_the_same(
     np.testing.assert_array_equal(vectors, minilm.transform(QUERIES))
 
 
+@pytest.mark.slow  # loads MiniLM
 def test_an_interrupted_encoding_keeps_the_batches_done(tmp_path, monkeypatch):
     from sklocus._encoding_cache import DiskCache
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from marks import slow_fixture
 from sklearn.linear_model import Ridge
 
 from sklocus import LocusEmbedder, ScoreEstimator
@@ -43,7 +44,7 @@ def _full_scores(data):
     return pd.DataFrame(columns)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def fitted(data):
     references = data.evaluation_sets[:N_REFERENCE]
     embedder = LocusEmbedder(

@@ -46,6 +46,7 @@ sets = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(sets, max_size=4))
 @example([{"": None, None: []}])  # once raised numpy's inhomogeneous-shape error
@@ -85,6 +86,7 @@ def _evaluation_set(data):
     ).map(dict)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_transform_is_permutation_invariant_batch_independent_and_type_blind(

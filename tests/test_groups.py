@@ -129,12 +129,14 @@ def test_groups_correct_what_the_embedding_misses(pool):
     )
 
 
+@pytest.mark.slow
 def test_stronger_shrinkage_keeps_offsets_nearer_zero(pool):
     weak = _router(pool, group_shrinkage=1.0).group_offsets_
     strong = _router(pool, group_shrinkage=100.0).group_offsets_
     assert np.abs(strong).sum() < np.abs(weak).sum()
 
 
+@pytest.mark.slow
 def test_onboarded_models_get_offsets_from_a_query_to_group_map(pool):
     embedder, queries, groups, Y, train, _ = pool
     router = _router(pool)
@@ -175,6 +177,7 @@ def test_group_offsets_survive_saving(pool, tmp_path):
     np.testing.assert_array_equal(again.group_offsets_, router.group_offsets_)
 
 
+@pytest.mark.slow
 def test_routers_refine_the_pool_by_default_and_leave_the_embedder_alone(pool):
     embedder, queries, _, Y, train, _ = pool
     assert LocusRouter().refine_steps == 50

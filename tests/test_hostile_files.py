@@ -260,6 +260,7 @@ def test_settings_that_contradict_the_tensors_are_refused(saved):
 # -- smaller findings -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_frozen_embedder_is_stored_once(data, router, tmp_path):
     frozen = LocusRouter(FrozenEstimator(router.embedder_)).fit(
         *_table(data), cost=router.cost_
@@ -353,6 +354,7 @@ def original(router, tmp_path_factory):
     return header, arrays
 
 
+@pytest.mark.slow
 @settings(
     max_examples=80,
     deadline=None,

@@ -199,6 +199,7 @@ def test_onboarded_models_and_new_queries_take_the_clusters(pool):
     assert router.group_offsets_.shape == (12, N_CLUSTERS)
 
 
+@pytest.mark.slow
 def test_learnt_groups_survive_saving_and_pickling(pool, tmp_path):
     _, queries, Y, labels, *_ = pool
     for router in (
@@ -304,6 +305,7 @@ def test_wrongly_shaped_or_infinite_group_weights_are_refused(pool, tmp_path):
         sklocus.load(path)
 
 
+@pytest.mark.slow
 def test_the_command_line_says_how_groups_were_chosen(pool):
     _, queries, Y, labels, *_ = pool
     line = groups_line(_fit(pool, query_clusters="auto"))

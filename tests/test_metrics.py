@@ -67,6 +67,7 @@ def test_embedder_scorers_by_scikit_learn_names(data):
         assert ((0 <= results[f"test_{name}"]) & (results[f"test_{name}"] <= 1)).all()
 
 
+@pytest.mark.slow
 def test_router_scorers_compare_predictions_with_observed_scores(data):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores, columns=data.model_names)
@@ -112,6 +113,7 @@ def test_best_models_sends_near_ties_to_the_model_listed_first():
         best_models([0.1, 0.2, 0.3])
 
 
+@pytest.mark.slow
 def test_the_router_predicts_what_best_models_chooses(data):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores, columns=data.model_names)
@@ -137,6 +139,7 @@ def test_routing_accuracy_weighs_the_queries_it_can_score():
         routing_accuracy(scores, probabilities, sample_weight=[1, 2])
 
 
+@pytest.mark.slow
 def test_the_router_scores_by_routing_accuracy(data):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores, columns=data.model_names)

@@ -444,6 +444,7 @@ def test_refinement_ignores_padding_and_the_rest_of_the_batch():
         torch.testing.assert_close(alone, together[i : i + 1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_refinement_moves_less_under_a_larger_penalty():
     from sklocus.nn.refinement import refine_embeddings
 

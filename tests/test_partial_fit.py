@@ -262,6 +262,7 @@ def test_a_model_file_with_inconsistent_evaluations_is_refused(
         sklocus.load(path)
 
 
+@pytest.mark.slow
 def test_long_query_texts_are_kept_in_a_tensor_not_the_header(data, tmp_path):
     texts = [f"{q}: " + "a question that goes on " * 200 for q in data.query_ids]
     vectors = data.encoder.transform(data.query_ids)

@@ -186,6 +186,7 @@ def test_how_training_went_is_kept_and_optional_in_older_files(fitted, tmp_path)
         sklocus.load(path)
 
 
+@pytest.mark.slow
 def test_a_router_over_a_frozen_embedder_round_trips(fitted, data, tmp_path):
     scores, queries = to_matrix(data.evaluation_sets)
     Y = pd.DataFrame(scores, columns=data.model_names)

@@ -77,6 +77,7 @@ def pool():
     return queries, Y, FrozenEstimator(embedder.fit(data.evaluation_sets))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query_heads", [False, True])
 def test_a_router_calibrates_on_held_out_halves_and_keeps_its_routes(
     pool, query_heads, tmp_path

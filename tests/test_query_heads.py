@@ -91,6 +91,7 @@ def test_the_blend_is_chosen_on_queries_locus_never_trained_on():
     assert chosen > 0.8
 
 
+@pytest.mark.slow
 def test_a_router_knows_the_queries_its_embedder_held_out(tmp_path):
     data = make_evaluations(
         n_models=6, n_queries=200, evals_per_model=None, random_state=0

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from marks import slow_fixture
 from sklearn.frozen import FrozenEstimator
 from tiny import TINY_NETWORK
 
@@ -18,7 +19,7 @@ from sklocus.report import map_data
 from sklocus.report._assemble import default_sizes, routing_order
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def trained():
     data = make_evaluations(
         n_models=40,
@@ -163,7 +164,7 @@ def test_routing_order_starts_from_the_strongest_and_adds_what_routes_best():
     assert routing_accuracy(scores[kept].T, probabilities[kept].T) == 5 / 6
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def llmrouter_map():
     """The map of the 9 LLMRouter models, on the source's own test split.
 

@@ -9,6 +9,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+from marks import slow_fixture
 from sklearn.base import clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
@@ -59,7 +60,7 @@ def problem():
     return data, train, _score_frame(data, train), test, _score_frame(data, test)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def router(problem):
     data, train, Y, *_ = problem
     embedder = LocusEmbedder(query_encoder=data.encoder, max_epochs=40, **SMALL)
@@ -336,6 +337,7 @@ def test_grid_search_and_cross_val_score_over_queries(problem):
     assert scores.shape == (3,)
 
 
+@pytest.mark.slow
 def test_array_targets_number_the_models(problem):
     data, train, Y, test, _ = problem
     embedder = LocusEmbedder(query_encoder=data.encoder, **{**SMALL, "max_epochs": 1})
@@ -461,6 +463,7 @@ def test_add_models_refuses_a_bare_string_of_names(router, problem):
         )
 
 
+@pytest.mark.slow
 def test_cross_val_score_with_the_default_cv(problem):
     data, train, Y, *_ = problem
     router = LocusRouter(

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from marks import slow_fixture
 
 from sklocus import LocusEmbedder, ScoreEstimator
 from sklocus._model_posterior import greedy_variance_reduction, posterior_weights
@@ -23,7 +24,7 @@ def data():
     )
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def embedder(data):
     # Small, but trained enough that its reference models differ (a network that
     # learnt only the queries' difficulty would make every test of the weights

@@ -74,6 +74,7 @@ def _learnt(router, outcomes):
     return router
 
 
+@pytest.mark.slow
 def test_outcomes_are_on_disk_when_answered_and_folded_in_as_partial_fit(
     pool, router_file, tmp_path
 ):
@@ -105,6 +106,7 @@ def test_outcomes_are_on_disk_when_answered_and_folded_in_as_partial_fit(
     service.close()
 
 
+@pytest.mark.slow
 def test_a_restart_learns_what_the_model_file_does_not_hold(
     pool, router_file, tmp_path
 ):

@@ -269,6 +269,7 @@ def test_a_router_with_groups_not_named_by_text_is_refused(pool):
 # -- sklocus serve --group-column -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_serve_builds_a_grouped_router_from_a_group_column(pool, tmp_path):
     data, group_of, _, _ = pool
     table = long_table(data)

@@ -49,6 +49,7 @@ def test_parsing_the_command_line_loads_no_heavy_library(argv):
     assert loaded_after(code) == set()
 
 
+@pytest.mark.slow
 def test_geometry_commands_run_without_torch(tmp_path):
     names = [f"model-{i}" for i in range(6)]
     vectors = np.random.default_rng(0).normal(size=(6, 3))
@@ -138,6 +139,7 @@ def inputs(tmp_path):
         "model-for-evals",
     ],
 )
+@pytest.mark.slow
 def test_a_missing_or_wrong_input_is_reported_before_torch_is_imported(
     inputs, argv, message
 ):
@@ -164,6 +166,7 @@ def test_an_unknown_name_is_an_attribute_error_that_names_it():
         from sklocus import no_such_name  # noqa: F401
 
 
+@pytest.mark.slow
 def test_router_service_imports_without_the_serve_extra(inputs):
     # Block FastAPI as if it were not installed: RouterService needs none of the
     # HTTP layer; create_app and the command name the extra to install (given a

@@ -49,6 +49,7 @@ def streamed(embedder, path, **options):
     return batches, names, np.vstack([batch.embeddings for batch in batches])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("refine_steps", [0, 10])
 @pytest.mark.parametrize(
     "batch_models, batch_rows", [(1024, 65536), (7, 50), (1, 13), (4, 3)]

@@ -61,6 +61,7 @@ def test_answers_are_read_and_connections_kept_for_the_next_request(stand_in):
     assert json.loads(chat(text="one")) == first["body"]
 
 
+@pytest.mark.slow
 def test_a_stream_arrives_in_parts_until_the_upstream_closes(stand_in):
     stand_in.behaviour = "slow"  # an event each 0.4 s: each read gets one
 
@@ -187,6 +188,7 @@ def test_an_error_body_is_read_no_further_than_asked(hostile):
     assert hostile.sent_bytes < 64 * 2**20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("behaviour", ["continue_forever", "trickle"])
 def test_the_whole_call_has_a_deadline_whatever_arrives(hostile, behaviour):
     """Bytes every 50 ms (a 100 Continue, or one byte of the body) never let the
