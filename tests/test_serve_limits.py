@@ -305,18 +305,39 @@ def test_a_client_over_its_work_budget_waits_while_others_are_served(served):
 @pytest.mark.parametrize(
     ("limits", "message"),
     [
-        ({"max_connections": 0}, "max_connections=0; expected a finite number above 0"),
-        ({"rate": -1}, "rate=-1; expected a finite number at least 0"),
-        ({"header_timeout": float("inf")}, "header_timeout=inf"),
-        ({"max_body_bytes": 1.5}, "max_body_bytes=1.5; expected an integer"),
-        ({"burst": True}, "burst=True; expected a number"),
-        ({"refusal_cost": 0.5}, "a refusal counts as at least one request"),
-        ({"min_body_rate": -1.0}, "min_body_rate=-1.0; expected a finite number at"),
+        ({"max_connections": 0}, "'max_connections' .* range [1, inf). Got 0"),
+        ({"rate": -1}, "'rate' .* range [0.0, inf). Got -1"),
+        ({"header_timeout": float("inf")}, "'header_timeout' .* Got inf"),
+        ({"body_timeout": float("nan")}, "'body_timeout' .* Got nan"),
+        ({"max_body_bytes": 1.5}, "'max_body_bytes' .* an int in the range .* Got 1.5"),
+        ({"burst": True}, "'burst' .* Got True"),
+        ({"refusal_cost": 0.5}, "'refusal_cost' .* range [1.0, inf). Got 0.5"),
+        ({"min_body_rate": -1.0}, "'min_body_rate' .* Got -1.0"),
     ],
 )
 def test_limits_are_checked_when_made(limits, message):
-    with pytest.raises((TypeError, ValueError), match=message.replace("(", r"\(")):
+    pattern = "The " + message.replace("[", r"\[").replace(")", r"\)")
+    with pytest.raises((TypeError, ValueError), match=pattern + " instead"):
         ServerLimits(**limits)
+
+
+def test_a_limit_the_command_line_breaks_names_its_option():
+    from argparse import Namespace
+
+    from sklocus.cli._common import UserError
+    from sklocus.cli._serve import _limits
+
+    arguments = Namespace(
+        max_body_mb=0.0,  # parsed as at least 0, but a body of 0 bytes is none
+        max_open_body_mb=1.0,
+        max_connections=1000,
+        max_client_connections=64,
+        rate_limit=1000.0,
+        query_rate_limit=200.0,
+        text_rate_limit=200_000.0,
+    )
+    with pytest.raises(UserError, match="^--max-body-mb: The 'max_body_bytes' para"):
+        _limits(arguments)
 
 
 # -- N3: a flood writes a few log lines, not one per refusal --------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import sqlite3
 import stat
 from pathlib import Path
@@ -153,6 +154,18 @@ def _token(arguments):
     return token
 
 
+# The option of serve that sets each of ServerLimits' limits.
+_LIMIT_FLAGS = {
+    "max_body_bytes": "--max-body-mb",
+    "max_open_body_bytes": "--max-open-body-mb",
+    "max_connections": "--max-connections",
+    "max_client_connections": "--max-client-connections",
+    "rate": "--rate-limit",
+    "query_rate": "--query-rate-limit",
+    "text_rate": "--text-rate-limit",
+}
+
+
 def _limits(arguments):
     """Return the server's limits from the command line, checked."""
     from sklocus.serve import ServerLimits, _allow_connections
@@ -168,12 +181,9 @@ def _limits(arguments):
             text_rate=arguments.text_rate_limit,
         )
     except ValueError as error:
-        flag = str(error).split("=", 1)[0].removeprefix("ServerLimits.")
-        flags = {
-            "max_body_bytes": "--max-body-mb",
-            "max_open_body_bytes": "--max-open-body-mb",
-        }
-        raise UserError(f"{flags.get(flag, flag)}: {error}") from None
+        limit = re.search(r"The '(\w+)' parameter", str(error))
+        flag = _LIMIT_FLAGS.get(limit[1], limit[1]) if limit else "limits"
+        raise UserError(f"{flag}: {error}") from None
     try:
         _allow_connections(limits.max_connections)
     except ValueError as error:

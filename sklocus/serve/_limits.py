@@ -23,9 +23,10 @@ waits the same way.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 import time
+
+from sklocus._sklearn_compat import Interval, validate_parameter_constraints
 
 # A client's debt is capped, so that one that stops is soon served again.
 _MAX_DEBT_SECONDS = 30.0
@@ -33,8 +34,11 @@ _MAX_DEBT_SECONDS = 30.0
 _PRUNE_AT = 10_000
 # Seconds of its work budget a client may ask for at once.
 _WORK_BURST_SECONDS = 1.0
-# The limits that 0 turns off.
-_OFF_AT_ZERO = ("rate", "query_rate", "text_rate", "min_body_rate")
+# What each limit may be: a count, a time or a size above 0, a rate of at
+# least 0 (0: no limit); all finite.
+_COUNT = Interval(numbers.Integral, 1, None, closed="left")
+_ABOVE_ZERO = Interval(numbers.Real, 0, None, closed="neither")
+_RATE = Interval(numbers.Real, 0, None, closed="left")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,32 +109,30 @@ class ServerLimits:
     burst: float = 200.0
     refusal_cost: float = 50.0
 
+    # scikit-learn's constraints, as an estimator's parameters are checked.
+    _parameter_constraints = {
+        **dict.fromkeys(
+            (
+                "max_body_bytes",
+                "max_open_body_bytes",
+                "max_connections",
+                "max_client_connections",
+            ),
+            [_COUNT],
+        ),
+        **dict.fromkeys(("header_timeout", "body_timeout", "burst"), [_ABOVE_ZERO]),
+        # 0 turns these off.
+        **dict.fromkeys(("min_body_rate", "rate", "query_rate", "text_rate"), [_RATE]),
+        # A refusal counts as at least one request.
+        "refusal_cost": [Interval(numbers.Real, 1, None, closed="left")],
+    }
+
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            counted = field.type == "int"
-            kind = numbers.Integral if counted else numbers.Real
-            if isinstance(value, bool) or not isinstance(value, kind):
-                expected = "an integer" if counted else "a number"
-                raise TypeError(
-                    f"ServerLimits.{field.name}={value!r}; expected {expected}"
-                )
-            zero_allowed = field.name in _OFF_AT_ZERO
-            if (
-                not math.isfinite(value)
-                or value < 0
-                or (value == 0 and not zero_allowed)
-            ):
-                least = "at least 0 (0: no limit)" if zero_allowed else "above 0"
-                raise ValueError(
-                    f"ServerLimits.{field.name}={value!r}; expected a finite number "
-                    f"{least}"
-                )
-        if self.refusal_cost < 1:
-            raise ValueError(
-                f"ServerLimits.refusal_cost={self.refusal_cost!r}; a refusal counts "
-                "as at least one request"
-            )
+        validate_parameter_constraints(
+            self._parameter_constraints,
+            dataclasses.asdict(self),
+            caller_name=type(self).__name__,
+        )
 
 
 class ClientBudgets:
