@@ -465,7 +465,11 @@ class Server:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            raise
+            self.process.wait()
+            raise AssertionError(
+                f"the server did not stop within 60 s of SIGINT; it wrote:\n"
+                f"{self.stderr()}"
+            ) from None
         return self.process.returncode, self.stderr()
 
     def stderr(self):
