@@ -425,6 +425,35 @@ def test_workers_share_one_port_and_one_memory_and_come_back(pool, tmp_path):
     assert not any(os.path.exists(f"/proc/{pid}") for pid in workers)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc")
+def test_workers_stop_on_sigint_though_started_with_it_ignored(pool, tmp_path):
+    """Found in full runs of the suite: a shell script's background job (and a
+    process whose parent ignores SIGINT) starts with SIGINT ignored, and Python
+    then never raises KeyboardInterrupt: the supervisor ignored SIGINT and its
+    workers served on."""
+    pytest.importorskip("fastapi")
+    from test_serve import Server
+
+    import sklocus
+
+    _, router = pool
+    model = tmp_path / "router.sklocus"
+    sklocus.save(router, model)
+    # Ignored signals stay ignored across fork and exec (POSIX). Without its
+    # own handler the supervisor ignored the SIGINT of stop() (60 s, failed).
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        served = Server(
+            model, "--store", tmp_path / "store.db", "--workers", "2", cwd=tmp_path
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    workers = _children(served.process.pid)
+    code, stderr = served.stop()  # SIGINT
+    assert code == 0, stderr
+    assert not any(_running(pid) for pid in workers)
+
+
 def _running(pid):
     """Whether process ``pid`` runs (neither gone nor a zombie left unreaped)."""
     try:

@@ -8,8 +8,9 @@ connections from the one listening socket, which they share. Routing then
 uses N cores, and an outcome sent to any worker is learnt by all.
 
 The command stays as their supervisor: a worker that dies (killed, out of
-memory) is started again, and stopping the command (Ctrl-C, SIGTERM) stops
-every worker after the requests it is answering. A worker whose supervisor is
+memory) is started again, and stopping the command (Ctrl-C, SIGINT or SIGTERM,
+even where the shell started it with SIGINT ignored) stops every worker after
+the requests it is answering. A worker whose supervisor is
 gone (killed, out of memory) stops the same way within a second, rather than
 serve on alone, unsupervised, holding the port.
 """
@@ -98,11 +99,17 @@ def _supervise(arguments, listener, token, threads):
         nonlocal stopping
         stopping = True
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    workers = [start(index) for index in range(arguments.workers)]
+    # SIGINT by a handler of its own too, not as KeyboardInterrupt: a process
+    # started in the background by a script (or by a parent that ignores it)
+    # inherits SIGINT ignored, and Python then never raises it; and a
+    # KeyboardInterrupt could cut a worker's start short, leaving it unowned.
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {number: signal.signal(number, stop) for number in stop_signals}
+    workers = []
     exits = []
     status = 0
     try:
+        workers.extend(start(index) for index in range(arguments.workers))
         while not stopping:
             wait([worker.sentinel for worker in workers], timeout=0.5)
             for index, worker in enumerate(workers):
@@ -123,10 +130,10 @@ def _supervise(arguments, listener, token, threads):
                     f"{worker.exitcode}; starting it again."
                 )
                 workers[index] = start(index)
-    except KeyboardInterrupt:
-        pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            if handler is not None:  # None: set outside Python, left as it is
+                signal.signal(number, handler)
         _stop(workers)
     return status
 
