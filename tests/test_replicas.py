@@ -448,10 +448,12 @@ def test_workers_stop_on_sigint_though_started_with_it_ignored(pool, tmp_path):
         )
     finally:
         signal.signal(signal.SIGINT, ignored)
-    workers = _children(served.process.pid)
-    code, stderr = served.stop()  # SIGINT
+    try:
+        workers = _children(served.process.pid)
+    finally:
+        code, stderr = served.stop()  # SIGINT
     assert code == 0, stderr
-    assert not any(_running(pid) for pid in workers)
+    assert workers and not any(_running(pid) for pid in workers)
 
 
 def _running(pid):
