@@ -106,11 +106,11 @@ def main():
         if target is None:
             verdict = "(for comparison)"
         else:
-            verdict = f"at most {target} s: " + (
-                "met" if seconds <= target else "**not met**"
-            )
+            bound, limit = target
+            met = seconds <= limit if bound == "at most" else seconds < limit
+            verdict = f"{bound} {limit} s: " + ("met" if met else "**not met**")
         rows.append(
-            f"| {command} | {bytecode} | {seconds:.0f} s | {tally} | {verdict} |"
+            f"| {command} | {bytecode} | {seconds:.1f} s | {tally} | {verdict} |"
         )
         print(rows[-1], flush=True)
     text = "\n".join(

@@ -51,6 +51,10 @@ def _is_example(nodeid):
     return nodeid.startswith("tests/test_examples.py::")
 
 
+# Docstring examples that take seconds: this one loads MiniLM.
+SLOW_DOCTESTS = {"sklocus.encoders.SentenceEncoder"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
 def pytest_collection_modifyitems(config, items):
     """Mark slow the tests of slow fixtures, and run the examples first.
@@ -58,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
     The examples are the longest tests (see the scheduler below).
     """
     for item in items:
-        if uses_a_slow_fixture(item):
+        if uses_a_slow_fixture(item) or item.name in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: not _is_example(item.nodeid))
 

@@ -338,6 +338,7 @@ class StopAfterFirstEpoch(Callback):
 STILL = {"lr": 1e-9, "predictor_lr": 1e-9}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "settings, reason, epochs",
     [
@@ -708,6 +709,7 @@ def _refining(embedder, steps=10, penalty=0.1):
     )
 
 
+@pytest.mark.slow
 def test_refined_embeddings_are_deterministic_and_invariant(fitted, data):
     refining = _refining(fitted)
     sets = data.evaluation_sets[:6]
@@ -767,6 +769,7 @@ def fine_tuned(fitted, data):
     )
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_fitted_network(fitted, data):
     import copy
 

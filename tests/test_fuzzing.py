@@ -150,6 +150,7 @@ def _refused_by_name(error):
     assert any(culprit in message for culprit in CULPRITS), message
 
 
+@pytest.mark.slow
 @FAST
 @given(embeddings, metrics, st.integers(-1, 7), st.floats(-1, 2))
 def test_geometry_works_or_names_the_culprit(Z, metric, k, threshold):
@@ -314,6 +315,7 @@ def test_router_fit_works_or_names_the_culprit(router_and_data, draw):
     assert fitted.predict(picked).shape == (n_queries,)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.data())
 def test_router_predict_score_and_add_models_work_or_name_the_culprit(

@@ -97,6 +97,7 @@ def _router(pool, **params):
     return router.fit(list(queries[train]), Y.iloc[train], query_groups=groups[train])
 
 
+@pytest.mark.slow
 def test_groups_correct_what_the_embedding_misses(pool):
     _, queries, groups, Y, _, test = pool
     router = _router(pool)
@@ -162,6 +163,7 @@ def test_onboarded_models_get_offsets_from_a_query_to_group_map(pool):
         clustered.add_models([evaluations], ["x"], query_groups={})
 
 
+@pytest.mark.slow
 def test_group_offsets_survive_saving(pool, tmp_path):
     _, queries, groups, *_, test = pool
     router = _router(pool)

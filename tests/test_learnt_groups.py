@@ -70,6 +70,7 @@ def _log_loss(router, pool, test=slice(240, None), groups=None):
     return -np.mean(y[seen] * np.log(p) + (1 - y[seen]) * np.log(1 - p))
 
 
+@pytest.mark.slow
 def test_clusters_are_chosen_on_held_out_evaluations_and_help(pool):
     assert LocusRouter().query_clusters is None  # clusters are asked for
     clustered = _fit(pool, query_clusters="auto")
@@ -90,6 +91,7 @@ def test_clusters_are_chosen_on_held_out_evaluations_and_help(pool):
     assert _log_loss(clustered, pool) < min(_log_loss(plain, pool), 0.45)
 
 
+@pytest.mark.slow
 def test_a_number_of_clusters_is_taken_as_given_and_reproducible(pool):
     *_, vectors, cluster = pool
     router = _fit(pool, query_clusters=N_CLUSTERS)
@@ -141,6 +143,7 @@ def test_labels_given_at_fit_are_told_from_the_text_at_routing(pool):
     assert _log_loss(router, pool) < min(_log_loss(plain, pool), 0.45)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_labels", [1, 2])
 def test_one_or_two_labels_and_unlabelled_queries(pool, n_labels):
     embedder, queries, Y, labels, vectors, cluster = pool
@@ -269,6 +272,7 @@ def test_odd_learnt_groups_in_a_file_are_refused(pool, tmp_path, edit, message):
         sklocus.load(path)
 
 
+@pytest.mark.slow
 def test_wrongly_shaped_or_infinite_group_weights_are_refused(pool, tmp_path):
     path = tmp_path / "router.sklocus"
     sklocus.save(_fit(pool, query_clusters=N_CLUSTERS), path)

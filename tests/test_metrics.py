@@ -152,6 +152,7 @@ def test_the_router_scores_by_routing_accuracy(data):
     )
 
 
+@pytest.mark.slow
 def test_scikit_learn_roc_auc_scores_a_router_per_model_on_a_full_table():
     # scikit-learn's "roc_auc" reads a complete 0/1 Y as multilabel targets, a
     # column per model, and the router's decision_function as their scores: the

@@ -155,6 +155,7 @@ def test_small_pools_get_heads_by_default_and_they_move_predictions(pool):
     assert heads_wanted(LocusRouter(frozen, query_heads=True), 100)
 
 
+@pytest.mark.slow
 def test_heads_survive_saving_adding_and_removing_models(pool, tmp_path):
     data, queries, Y, frozen = pool
     router = LocusRouter(frozen).fit(queries, Y.iloc[:, :4])
