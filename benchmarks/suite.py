@@ -35,17 +35,12 @@ from _sections import write_section
 from provenance import commit
 
 ROOT = Path(__file__).resolve().parents[1]
-# name: (command, its extra arguments, bytecode, target in seconds or None)
+# name: (command, its extra arguments, bytecode, target or None)
 QUICK = ('`python -m pytest -m "not slow"`', ["-m", "not slow"])
 RUNS = {
-    "full": ("`python -m pytest`", [], "cold", 300),
-    "quick": ('`python -m pytest -m "not slow"`', ["-m", "not slow"], "warm", 60),
-    "quick, cold": (
-        '`python -m pytest -m "not slow"`',
-        ["-m", "not slow"],
-        "cold",
-        None,
-    ),
+    "full": ("`python -m pytest`", [], "cold", ("at most", 300)),
+    "quick": (*QUICK, "warm", ("under", 60)),
+    "quick, cold": (*QUICK, "cold", None),
 }
 # Where the project's own modules are compiled (an editable install's too).
 SOURCES = ("sklocus", "tests", "benchmarks", "examples", "docs")
