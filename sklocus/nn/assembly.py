@@ -171,6 +171,6 @@ def training_network(params, ragged, vectors, *, seed, schedule, device):
         train_split=train_split,
         callbacks=callbacks,
         # skorch's own table prints on standard output.
-        callbacks__print_log=EpochTable(),
+        callbacks__print_log=EpochTable(sink=say),
         verbose=params["verbose"],
     )

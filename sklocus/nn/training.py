@@ -444,28 +444,12 @@ def stop_reason(net):
 class EpochTable(PrintLog):
     """skorch's table of epochs, written as every other line of a fit.
 
-    Its rows go through :func:`~sklocus._progress.say`, as the epoch's progress
-    and every step's line do: on standard error, which leaves standard output to
-    the data, clearing a line being redrawn first. On a terminal skorch's colours
-    mark each best value; off one (a log, a pipe) they would stay as escape codes
-    around the numbers, so the rows are plain.
+    Built with ``sink=say`` (:func:`~sklocus._progress.say`), its rows go where the
+    epoch's progress and every step's line do: to standard error, which leaves
+    standard output to the data, clearing a line being redrawn first. On a
+    terminal skorch's colours mark each best value; off one (a log, a pipe) they
+    would stay as escape codes around the numbers, so the rows are plain.
     """
-
-    def __init__(
-        self,
-        keys_ignored=None,
-        sink=_progress.say,
-        tablefmt="simple",
-        floatfmt=".4f",
-        stralign="right",
-    ):
-        super().__init__(
-            keys_ignored=keys_ignored,
-            sink=sink,
-            tablefmt=tablefmt,
-            floatfmt=floatfmt,
-            stralign=stralign,
-        )
 
     def format_row(self, row, key, color):
         """Format one value of the table, coloured on a terminal only."""
